@@ -1,5 +1,7 @@
 # Two commands on a fresh machine: `make test` and `make grade`.
 # The virtual environment is created on first use; a stamp file makes later runs install nothing.
+# Only the dependencies are installed, never this project itself: the answer key must not be
+# importable from site-packages, where a graded child process could reach it.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,9 +15,9 @@ help:
 	@echo "make test                       install (first run only) and run this project's tests"
 	@echo "make grade [SUBMISSION=path]    grade the answer key, or a submission folder / .zip"
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements.txt
 	touch $(STAMP)
 
 venv: $(STAMP)
