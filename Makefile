@@ -6,14 +6,16 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 SUBMISSION ?= minitorch
 PYTEST_ARGS ?=
 
-.PHONY: help venv test grade clean
+.PHONY: help venv test grade bench clean
 
 help:
 	@echo "make test                       install (first run only) and run this project's tests"
 	@echo "make grade [SUBMISSION=path]    grade the answer key, or a submission folder / .zip"
+	@echo "make bench                      CPU speedup benchmarks (tables, JSON and a plot in benchmarks/results/)"
 
 $(STAMP): requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +26,13 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+$(BENCH_STAMP): $(STAMP) requirements-bench.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements-bench.txt
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m benchmarks.pipeline_speedup
 
 grade: $(STAMP)
 	$(PY) -m grader $(SUBMISSION)
