@@ -110,6 +110,11 @@ def observe_one_f_one_b(seed: int, params: dict) -> dict:
     return {"schedules": results}
 
 
+def observe_one_f_one_b_peak(seed: int, params: dict) -> dict:
+    """The same calls as ``observe_one_f_one_b``; judged on peak in-flight microbatches."""
+    return observe_one_f_one_b(seed, params)
+
+
 def observe_interleaved(seed: int, params: dict) -> dict:
     """Call the student's ``interleaved_one_f_one_b`` on valid (K, M, v)."""
     student = _student()
