@@ -147,7 +147,7 @@ def fit_line(xs, ys) -> tuple[float, float]:
     return my - beta * mx, beta
 
 
-def measure_microbatch_cost(sizes=(1, 8, 32, 64, 128, 256), width: int = 256, repeats: int = 20) -> dict:
+def measure_microbatch_cost(sizes=(1, 4, 16, 32, 64), width: int = 256, repeats: int = 20) -> dict:
     """⏱ Time one MLP stage on b rows for each b and fit ``t(b) = alpha + beta b`` (seconds).
 
     One thread, fastest of ``repeats`` runs (the least disturbed by other processes).
