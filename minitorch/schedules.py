@@ -184,16 +184,6 @@ class Timeline:
             peaks.append(peak / self.num_chunks)
         return peaks
 
-    def metrics(self) -> dict:
-        """The metrics as a plain dict (for printing and JSON)."""
-        return {
-            "makespan": self.makespan,
-            "idle_per_device": self.idle_per_device,
-            "bubble_fraction_of_total": self.bubble_fraction_of_total,
-            "bubble_over_ideal": self.bubble_over_ideal,
-            "peak_in_flight": self.peak_in_flight,
-        }
-
 
 def simulate(
     schedule: Sequence[Sequence[Action | tuple | str]],
