@@ -24,6 +24,11 @@ CRITERIA = {  # check name -> observe function used
 }
 
 
+def answer(name):
+    """A function of the answer key's student module (the module the checks import)."""
+    return getattr(importlib.import_module(checks.STUDENT_MODULE), name)
+
+
 def run_check(name, seed=SEED):
     observation = getattr(checks, f"observe_{name}")(seed, {})
     getattr(checks, f"judge_{name}")(seed, {}, observation)
@@ -108,7 +113,7 @@ def test_gpipe_order_fails_peak(student):
 
 
 def test_missing_backward_fails_as_invalid(student):
-    from minitorch.pipeline_problem4 import one_f_one_b
+    one_f_one_b = answer("one_f_one_b")
 
     student("one_f_one_b", lambda k, m: [row[:-1] if d == 0 else row for d, row in enumerate(one_f_one_b(k, m))])
     fails("one_f_one_b", r"is not a valid schedule: device 0: missing B")
@@ -127,14 +132,14 @@ def test_calling_the_provided_generator_fails(student):
 
 
 def test_interleaved_ignoring_chunks_fails(student):
-    from minitorch.pipeline_problem4 import one_f_one_b
+    one_f_one_b = answer("one_f_one_b")
 
     student("interleaved_one_f_one_b", lambda k, m, v: one_f_one_b(k, m))
     fails("interleaved", r"not a valid schedule: device 0: missing 1F0")
 
 
 def test_interleaved_all_forwards_first_fails_peak(student):
-    from minitorch.pipeline_problem4 import interleaved_one_f_one_b
+    interleaved_one_f_one_b = answer("interleaved_one_f_one_b")
 
     def forwards_first(k, m, v):
         rows = interleaved_one_f_one_b(k, m, v)
@@ -145,7 +150,7 @@ def test_interleaved_all_forwards_first_fails_peak(student):
 
 
 def test_interleaved_backward_chunks_not_reversed_fails(student):
-    from minitorch.pipeline_problem4 import interleaved_one_f_one_b
+    interleaved_one_f_one_b = answer("interleaved_one_f_one_b")
 
     def same_chunk_order(k, m, v):
         rows = interleaved_one_f_one_b(k, m, v)
@@ -206,7 +211,7 @@ def make_checkpoint(replay_rng=True, restore_rng=True, recompute_times=1, forwar
             return (None, *grads)
 
     def checkpoint_sequential(layers, x, segments=None):
-        from minitorch.pipeline_problem4 import run_layers, segment_bounds
+        run_layers, segment_bounds = answer("run_layers"), answer("segment_bounds")
 
         layers = list(layers)
         segments = segments or round(len(layers) ** 0.5)
@@ -236,7 +241,7 @@ def test_rng_left_changed_after_backward_fails(student):
 
 
 def test_storing_everything_fails_memory(student):
-    from minitorch.pipeline_problem4 import run_layers
+    run_layers = answer("run_layers")
 
     student("checkpoint_sequential", lambda layers, x, segments=None: run_layers(layers, x))
     fails("recompute_memory", r"after the forward, \d+ activation tensors are still stored")
