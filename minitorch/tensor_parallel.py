@@ -414,7 +414,8 @@ class RowParallelLinear(nn.Module):
 
     ``sequence_parallel=True`` (Problem 3.5): the partial products are reduce-scattered
     along the sequence (``reduce_scatter_to_sequence_parallel_region``) instead of all-reduced;
-    the output is this rank's ``[s/t, b, out]`` block (bias still added once, after).
+    the output is this rank's ``[s/t, b, out]`` block (bias still added once, after; as each
+    rank adds it to its own block of the sequence only, its gradient must be summed over ranks).
 
     Raises ValueError when t does not divide ``in_features``, or when ``master`` does not
     have the shapes of ``nn.Linear(in_features, out_features, bias)``.
@@ -453,11 +454,14 @@ class RowParallelLinear(nn.Module):
         if not self.input_is_parallel:
             x = scatter_to_tensor_model_parallel_region(x)
         partial = F.linear(x, self.weight)
-        if self.sequence_parallel:
-            y = reduce_scatter_to_sequence_parallel_region(partial)
-        else:
+        if not self.sequence_parallel:
             y = reduce_from_tensor_model_parallel_region(partial)
-        return y + self.bias if self.bias is not None else y
+            return y + self.bias if self.bias is not None else y
+        y = reduce_scatter_to_sequence_parallel_region(partial)
+        if self.bias is None:
+            return y
+        # Each rank adds the bias to its own block of the sequence only: f sums its gradient.
+        return y + copy_to_tensor_model_parallel_region(self.bias)
         # END SOLUTION
 
 
