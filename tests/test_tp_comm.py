@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from minitorch.tp_comm import (all_gather_bytes, all_reduce_bytes, comm_to_compute, layer_comm,
-                               mlp_shards, output_layer_comm, reduce_scatter_bytes)
+from minitorch.tp_comm import (activation_bytes_per_layer, all_gather_bytes, all_reduce_bytes,
+                               comm_to_compute, layer_comm, mlp_shards, output_layer_comm,
+                               reduce_scatter_bytes)
 
 MICROBATCH = 8 * 2048  # lecture 5.5: one microbatch of 8 x 2048 tokens
 
@@ -54,6 +55,16 @@ def test_comm_to_compute_ratio_does_not_depend_on_batch_or_sequence():
     base = comm_to_compute(1, 2048, 12288, 8, 312e12, 300e9)
     assert comm_to_compute(16, 4096, 12288, 8, 312e12, 300e9) == pytest.approx(base, rel=1e-12)
     assert comm_to_compute(1, 2048, 2 * 12288, 8, 312e12, 300e9) == pytest.approx(base / 2, rel=1e-12)
+
+
+def test_sequence_parallelism_splits_the_10sbh_that_tensor_parallelism_leaves():
+    s, b, h, a = 2048, 1, 12288, 96
+    unsplit = activation_bytes_per_layer(s, b, h, a)
+    assert activation_bytes_per_layer(s, b, h, a, t=1, sequence_parallel=True) == pytest.approx(unsplit)
+    tp8 = activation_bytes_per_layer(s, b, h, a, t=8)
+    sp8 = activation_bytes_per_layer(s, b, h, a, t=8, sequence_parallel=True)
+    assert tp8 - unsplit / 8 == pytest.approx(10 * s * b * h * (1 - 1 / 8))
+    assert sp8 == pytest.approx(unsplit / 8)
 
 
 def test_bad_sizes_raise():

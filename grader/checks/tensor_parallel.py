@@ -29,8 +29,9 @@ WORLD_SIZES = (2, 4)
 S, B, H, HEADS, FFN, VOCAB = 8, 2, 16, 4, 32, 48   # all divisible by 4
 N = S * B * H                                       # elements of one [s, b, h] activation
 TOL = 1e-10
+SHARD = "that block"  # what a parameter is compared with in the shard checks
 DTYPE = torch.float64
-LAUNCH_TIMEOUT = 20.0
+LAUNCH_TIMEOUT = 10.0
 
 
 # ======================================================================================
@@ -195,15 +196,15 @@ def _close(actual, expected) -> bool:
     return d is not None and d <= TOL * (1 + expected.abs().max().item())
 
 
-def _expect(what: str, actual, expected) -> None:
+def _expect(what: str, actual, expected, reference: str = "the dense single-process result") -> None:
     if actual is None:
         raise Fail(f"{what}: no value (None); expected a tensor of shape {tuple(expected.shape)}")
     d = _diff(actual, expected)
     if d is None:
         raise Fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}")
     if not _close(actual, expected):
-        raise Fail(f"{what}: differs from the dense single-process result by {d:.3g} "
-                   f"(max abs; tolerance {TOL:g} in float64)")
+        raise Fail(f"{what}: differs from {reference} by {d:.3g} (max abs; tolerance {TOL:g} in "
+                   "float64)")
 
 
 def _describe(log: list[dict]) -> str:
@@ -222,9 +223,10 @@ def _expect_collectives(what: str, log: list[dict], phase: str, expected: list[t
     """The collectives of ``phase`` must be exactly ``expected`` [(kind, numel)], in order."""
     got = _phase_log(log, phase)
     if [(c["kind"], c["numel"]) for c in got] != expected:
-        want = ", ".join(f"{k} of {n}" for k, n in expected) or "no collective"
-        raise Fail(f"{what}: the {phase} must communicate exactly {want} ({why}); "
-                   f"recorded {_describe(got)}")
+        step = phase.rsplit(".", 1)[-1]
+        want = (f"must communicate exactly {', '.join(f'{k} of {n}' for k, n in expected)}"
+                if expected else "must not communicate")
+        raise Fail(f"{what}: the {step} {want} ({why}); recorded {_describe(got)}")
 
 
 def _grads(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -452,9 +454,9 @@ def judge_column_row(seed: int, params: dict, observation) -> None:
             for name in ("column", "column_gather"):
                 c = o[name]
                 _expect(f"{where}: ColumnParallelLinear weight must be {rows} of the master weight",
-                        c["params"].get("weight"), _row_block(m["weight"], r, t))
+                        c["params"].get("weight"), _row_block(m["weight"], r, t), SHARD)
                 _expect(f"{where}: ColumnParallelLinear bias must be entries {rows[5:]} of the master "
-                        "bias", c["params"].get("bias"), _row_block(m["bias"], r, t))
+                        "bias", c["params"].get("bias"), _row_block(m["bias"], r, t), SHARD)
                 expected_y = column_y if name == "column_gather" else _column_block(column_y, r, t)
                 _expect(f"{where}: ColumnParallelLinear(gather_output={name == 'column_gather'}) output",
                         c["out"], expected_y)
@@ -468,9 +470,9 @@ def judge_column_row(seed: int, params: dict, observation) -> None:
             for name in ("row", "row_scatter"):
                 c = o[name]
                 _expect(f"{where}: RowParallelLinear weight must be {columns} of the master weight",
-                        c["params"].get("weight"), _column_block(m["row.weight"], r, t))
+                        c["params"].get("weight"), _column_block(m["row.weight"], r, t), SHARD)
                 _expect(f"{where}: RowParallelLinear bias must be the whole master bias (added once)",
-                        c["params"].get("bias"), m["row.bias"])
+                        c["params"].get("bias"), m["row.bias"], SHARD)
                 if _close(c["out"], row_y + (t - 1) * m["row.bias"]):
                     raise Fail(f"{where}: RowParallelLinear adds the bias on every rank before the "
                                f"all-reduce, so the output has it {t} times; add it once, after the "
@@ -702,7 +704,7 @@ def judge_embedding(seed: int, params: dict, observation) -> None:
         for r, o in enumerate(observation[f"t{t}"]):
             where = f"t={t}, rank {r}: VocabParallelEmbedding"
             _expect(f"{where} weight must be rows {r * VOCAB // t}:{(r + 1) * VOCAB // t} of the master "
-                    "table", o["weight"], _row_block(d["table"], r, t))
+                    "table", o["weight"], _row_block(d["table"], r, t), SHARD)
             if not _close(o["out"], y.detach()):
                 _expect(f"{where} output (ids outside a rank's vocabulary range must contribute "
                         "zeros before the all-reduce)", o["out"], y.detach())

@@ -26,7 +26,7 @@ WORLD_SIZES = [2, 4]
 
 
 def run(worker, t, *args):
-    return launch(worker, t, *args, backend="gloo", timeout=60)
+    return launch(worker, t, *args, backend="gloo", timeout=30)
 
 
 def randn(generator, *shape, scale=1.0):
