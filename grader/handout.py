@@ -11,8 +11,9 @@ Solutions are written once, in the answer key ``minitorch/``, between markers::
 :func:`strip_solutions` replaces every such region with a stub that raises
 ``NotImplementedError("Problem 2.1: clock_cycles")``. ``python -m grader.handout build``
 writes the kit ``handout/`` (provided files verbatim, student files stripped, the public
-tests, a Makefile, a pyproject and the write-up); ``python -m grader.handout check`` fails
-when the committed ``handout/`` differs from a fresh generation.
+tests, a Makefile, a pyproject, the write-up and the pictures it links, ``figures/*.svg``);
+``python -m grader.handout check`` fails when the committed ``handout/`` differs from a fresh
+generation.
 """
 from __future__ import annotations
 
@@ -206,7 +207,8 @@ def _kit_files(student_files: list[str]) -> dict[str, str | bytes | Path]:
     makefile = (KIT_TEMPLATES / "Makefile.in").read_text()
     files["Makefile"] = makefile.replace("@STUDENT_FILES@", " ".join(f"minitorch/{n}" for n in student_files))
     files[".gitignore"] = KIT_TEMPLATES / "gitignore"
-    files["README.md"] = writeup.render(REPO / "writeup" / "README.md.in", REPO / "grader" / "rubric.toml")
+    # The README and the pictures it links (figures/*.svg), all computed at build time.
+    files.update(writeup.render_files(REPO / "writeup" / "README.md.in", REPO / "grader" / "rubric.toml"))
     return files
 
 

@@ -166,6 +166,46 @@ def test_kit_write_up_shows_the_answer_keys_schedule():
     assert "{{" not in readme and "{#" not in readme
 
 
+def test_kit_write_up_draws_the_answer_keys_schedules_and_links_every_picture():
+    from minitorch import pipeline, schedules
+
+    readme = (KIT / "README.md").read_text()
+    for schedule in (schedules.gpipe(4, 8), pipeline.one_f_one_b(4, 8), pipeline.interleaved_one_f_one_b(2, 4, 2)):
+        assert schedules.render_ascii(schedules.simulate(schedule)) in readme
+    linked = set(re.findall(r"\]\((figures/[^)]+\.svg)\)", readme))
+    written = {p.relative_to(KIT).as_posix() for p in (KIT / "figures").glob("*.svg")}
+    assert linked == written and "figures/1f1b_k4_m8.svg" in written
+    svg = (KIT / "figures" / "1f1b_k4_m8.svg").read_text()
+    assert svg.startswith("<svg") and "1F1B, K = 4, M = 8" in svg
+
+
+def test_schedule_figures_without_the_answer_key_render_a_note_not_an_error(monkeypatch, capsys):
+    from minitorch import pipeline
+
+    def stub(*args):
+        raise NotImplementedError("Problem 4.1: one_f_one_b")
+
+    monkeypatch.setattr(pipeline, "one_f_one_b", stub)
+    text = writeup.timeline("1f1b", "4", "8")
+    assert "python -m minitorch.schedules --schedule 1f1b -K 4 -M 8" in text and "device 0" not in text
+    pictures = {}
+    assert "not generated" in writeup.svg_picture(("1f1b", "4", "8"), pictures) and pictures == {}
+    assert "device 0 |" in writeup.timeline("gpipe", "4", "8")  # provided schedules need no answer key
+    monkeypatch.setitem(sys.modules, "minitorch.pipeline", None)  # the file is absent: ImportError
+    assert "python -m minitorch.pipeline" in writeup.clock_cycles_waves("3", "3")
+    assert "needs the answer key" in capsys.readouterr().err
+
+
+def test_bad_schedule_figure_names_file_and_line(tmp_path):
+    template = tmp_path / "README.md.in"
+    template.write_text("one\n{{figure timeline 1f1b 4 8 v2}}\n")
+    with pytest.raises(writeup.WriteupError, match=r"README\.md\.in:2: unknown schedule option 'v2'"):
+        writeup.render(template, REPO / "grader" / "rubric.toml")
+    template.write_text("{{svg pipedream 4 8}}\n")
+    with pytest.raises(writeup.WriteupError, match=r"README\.md\.in:1: expected SCHEDULE K M"):
+        writeup.render(template, REPO / "grader" / "rubric.toml")
+
+
 def test_committed_kit_matches_a_fresh_generation_and_drift_is_reported(tmp_path):
     assert handout.differences(KIT) == []
     copy = tmp_path / "handout"
