@@ -1,0 +1,7 @@
+"""``python -m grader PATH``: see :mod:`grader.cli`."""
+import sys
+
+from grader.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
