@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from multiprocessing import spawn
 
 import grader
 from grader import child
@@ -32,6 +33,7 @@ REPO = Path(grader.__file__).resolve().parent.parent
 PROVIDED = REPO / "minitorch"
 OUTPUT_TAIL_BYTES = 64 * 1024
 STARTUP_TIMEOUT = 180.0
+PROCESS_PREFIX = "grader-"
 
 
 class HarnessError(RuntimeError):
@@ -137,6 +139,22 @@ def _scratch_root(unprivileged: bool) -> str | None:
     raise HarnessError("no temp folder that an unprivileged user can reach (/tmp is not world-traversable)")
 
 
+def _without_main_module(get_preparation_data):
+    """multiprocessing makes every child re-import the parent's ``__main__`` script (so a
+    script that grades without an ``if __name__ == "__main__"`` guard would run again in
+    every child). The grader's children need nothing from it: drop it for them."""
+
+    def prepared(name):
+        data = get_preparation_data(name)
+        if str(name).startswith(PROCESS_PREFIX):
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+        return data
+
+    prepared.grader_patched = True
+    return prepared
+
+
 def forkserver_context(check_modules: list[str]):
     """multiprocessing's forkserver context with torch and the check modules preloaded.
 
@@ -144,6 +162,8 @@ def forkserver_context(check_modules: list[str]):
     """
     if str(REPO) not in sys.path:  # the server imports grader.* from the repository
         sys.path.insert(0, str(REPO))
+    if not getattr(spawn.get_preparation_data, "grader_patched", False):
+        spawn.get_preparation_data = _without_main_module(spawn.get_preparation_data)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["torch", "grader.checks", "grader.child", *check_modules])
     return context
@@ -205,7 +225,7 @@ class Harness:
         return tuple(str(self.tree / "minitorch" / name) for name in STUDENT_FILES)
 
     def _run_helper(self, target, *args) -> int | None:
-        process = self.context.Process(target=target, args=args, name="grader-helper")
+        process = self.context.Process(target=target, args=args, name=PROCESS_PREFIX + "helper")
         process.start()
         process.join(STARTUP_TIMEOUT)
         _kill_group(process.pid, still_running=process.exitcode is None)
@@ -263,7 +283,7 @@ class Harness:
         job = self._job(criterion, seed, dict(criterion.params), self.expose)
         output_path, result_path = Path(job.output_path), Path(job.result_path)
         started = time.perf_counter()
-        process = self.context.Process(target=child.main, args=(job,), name=f"grader-{criterion.id}")
+        process = self.context.Process(target=child.main, args=(job,), name=PROCESS_PREFIX + criterion.id)
         process.start()
         try:
             process.join(timeout)
