@@ -6,14 +6,19 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 SUBMISSION ?= minitorch
 PYTEST_ARGS ?=
 
-.PHONY: help venv test grade clean
+.PHONY: help venv test grade bench handout handout-check gradescope clean
 
 help:
 	@echo "make test                       install (first run only) and run this project's tests"
 	@echo "make grade [SUBMISSION=path]    grade the answer key, or a submission folder / .zip"
+	@echo "make bench                      CPU speedup benchmarks (tables, JSON and a plot in benchmarks/results/)"
+	@echo "make handout                    regenerate the student kit handout/ (commit the result)"
+	@echo "make handout-check              fail if handout/ differs from a fresh generation"
+	@echo "make gradescope                 build dist/autograder.zip for Gradescope"
 
 $(STAMP): requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,11 +27,28 @@ $(STAMP): requirements.txt constraints.txt
 
 venv: $(STAMP)
 
-test: $(STAMP)
+# The drift check runs first: it is fast and says exactly what to do (`make handout`).
+test: $(STAMP) handout-check
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+$(BENCH_STAMP): $(STAMP) requirements-bench.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements-bench.txt
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m benchmarks.pipeline_speedup
 
 grade: $(STAMP)
 	$(PY) -m grader $(SUBMISSION)
+
+handout: $(STAMP)
+	$(PY) -m grader.handout build --out handout
+
+handout-check: $(STAMP)
+	$(PY) -m grader.handout check --out handout
+
+gradescope: $(STAMP)
+	$(PY) -m grader.bundle --out dist/autograder.zip
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

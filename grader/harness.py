@@ -210,7 +210,7 @@ class Harness:
         package = self.tree / "minitorch"
         package.mkdir(parents=True)
         for source in sorted(self.provided.iterdir()):
-            if source.is_file() and source.name not in STUDENT_FILES and source.suffix == ".py":
+            if source.is_file() and source.suffix == ".py" and _is_provided(source):
                 shutil.copyfile(source, package / source.name)
         if not (package / "__init__.py").exists():
             raise HarnessError(f"{self.provided} has no __init__.py: not the provided minitorch package")
@@ -306,6 +306,12 @@ class Harness:
         if not isinstance(envelope, dict) or envelope.get("kind") not in ("observation", "fail", "exception", "garbage", "grader-error"):
             return Outcome("garbage", {"message": "the child's report is not in the grader's format"}, seconds, exitcode, output, output_bytes)
         return Outcome(envelope["kind"], envelope, seconds, exitcode, output, output_bytes)
+
+
+def _is_provided(path: Path) -> bool:
+    """A provided module: not a student file and free of solution markers (a file holding
+    answers must never reach a child, whatever its name)."""
+    return path.name not in STUDENT_FILES and "# BEGIN SOLUTION" not in path.read_text(encoding="utf-8", errors="replace")
 
 
 def _kill_group(pid: int | None, still_running: bool) -> None:

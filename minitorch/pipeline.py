@@ -47,6 +47,8 @@ def clock_cycles(num_microbatches: int, num_stages: int) -> Iterator[list[tuple[
         raise ValueError(f"num_microbatches must be >= 0, got {num_microbatches}")
     if num_stages < 1:
         raise ValueError(f"num_stages must be >= 1, got {num_stages}")
+    if num_microbatches == 0:
+        return
     for wave in range(num_microbatches + num_stages - 1):
         first_stage = max(0, wave - num_microbatches + 1)
         last_stage = min(wave, num_stages - 1)

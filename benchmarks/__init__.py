@@ -1,0 +1,1 @@
+"""Benchmarks (``make bench``): speed ratios measured side by side with minitorch.timing."""

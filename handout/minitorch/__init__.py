@@ -1,0 +1,1 @@
+"""minitorch (parallelism homework): pipeline and tensor parallelism on PyTorch."""
