@@ -38,6 +38,8 @@ def reference_clock_cycles(num_microbatches: int, num_stages: int):
         raise ValueError(f"num_microbatches must be >= 0, got {num_microbatches}")
     if num_stages < 1:
         raise ValueError(f"num_stages must be >= 1, got {num_stages}")
+    if num_microbatches == 0:
+        return
     for k in range(num_microbatches + num_stages - 1):
         yield [(k - j, j) for j in range(max(0, k - num_microbatches + 1), min(k, num_stages - 1) + 1)]
 
