@@ -24,7 +24,8 @@ from torch.nn import functional as F
 from minitorch.executor import run_schedule, sequential_step
 from minitorch.pipeline import Pipe
 from minitorch.runtime import StageWorkers
-from minitorch.schedules import gpipe, one_f_one_b
+from minitorch.pipeline import one_f_one_b
+from minitorch.schedules import gpipe
 from minitorch.timing import time_paired
 
 RESULTS = Path(__file__).parent / "results"

@@ -8,6 +8,7 @@ from torch.nn import functional as F
 
 from minitorch.executor import parse_action, run_schedule, sequential_step
 from minitorch.runtime import StageWorkers
+from minitorch.schedules import Action, generator, simulate
 
 RTOL, ATOL = 1e-4, 1e-6
 
@@ -109,12 +110,20 @@ def test_bad_schedules_are_named(schedule, message):
             run_schedule(workers, make_stages(2, 0), schedule, torch.randn(4, 8), torch.randn(4, 8), F.mse_loss)
 
 
-def test_parse_action_accepts_objects_with_kind_and_microbatch():
-    class Action:
-        kind, microbatch, chunk = "B", 5, 0
+def test_parse_action_takes_strings_and_simulator_actions():
+    assert parse_action(Action(1, "B", 5), 1) == ("B", 5)
+    assert parse_action("F12", 0) == ("F", 12)
+    with pytest.raises(ValueError, match="one stage per device"):
+        parse_action(Action(5, "F", 0), 1)
 
-    assert parse_action(Action()) == ("B", 5)
-    assert parse_action("F12") == ("F", 12)
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+def test_simulator_schedules_run_and_match_the_simulated_peak(name):
+    schedule = generator(name)(3, 6)
+    with StageWorkers(["cpu"] * 3) as workers:
+        report = run_schedule(workers, make_stages(3, 0), schedule, torch.randn(12, 8), torch.randn(12, 8), F.mse_loss)
+    assert report.executed == [[f"{a.kind}{a.microbatch}" for a in row] for row in schedule]
+    assert report.peak_live == simulate(schedule).peak_in_flight
 
 
 def test_stage_threads_do_the_backward():

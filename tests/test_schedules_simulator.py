@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minitorch import schedules
+from minitorch import pipeline, schedules
 from minitorch.schedules import Action, simulate
 
 LECTURE_GPIPE_K4_M8 = """\
@@ -36,7 +36,7 @@ def test_gpipe_lecture_timeline_and_numbers():
 
 
 def test_one_f_one_b_lecture_timeline_and_numbers():
-    timeline = simulate(schedules.one_f_one_b(4, 8), 1.0, 2.0)
+    timeline = simulate(pipeline.one_f_one_b(4, 8), 1.0, 2.0)
     assert schedules.render_ascii(timeline, label="设备") == LECTURE_1F1B_K4_M8
     assert timeline.makespan == pytest.approx(33, abs=1e-12)
     assert timeline.bubble_fraction_of_total == pytest.approx(0.273, abs=PERCENT)
@@ -44,31 +44,31 @@ def test_one_f_one_b_lecture_timeline_and_numbers():
 
 
 def test_interleaved_v2_halves_bubble_and_holds_5_5():
-    one = simulate(schedules.one_f_one_b(4, 8), 1.0, 2.0)
-    two = simulate(schedules.interleaved_one_f_one_b(4, 8, 2), 1.0, 2.0)
+    one = simulate(pipeline.one_f_one_b(4, 8), 1.0, 2.0)
+    two = simulate(pipeline.interleaved_one_f_one_b(4, 8, 2), 1.0, 2.0)
     assert two.idle_per_device == pytest.approx([i / 2 for i in one.idle_per_device], abs=1e-12)
     assert two.peak_in_flight[0] == pytest.approx(5.5, abs=1e-12)
 
 
 def test_transfers_make_1f1b_worse_than_gpipe():
     gpipe = simulate(schedules.gpipe(4, 32), 1.0, 2.0, t_comm=0.2)
-    one = simulate(schedules.one_f_one_b(4, 32), 1.0, 2.0, t_comm=0.2)
+    one = simulate(pipeline.one_f_one_b(4, 32), 1.0, 2.0, t_comm=0.2)
     assert gpipe.bubble_fraction_of_total == pytest.approx(0.096, abs=PERCENT)
     assert one.bubble_fraction_of_total == pytest.approx(0.168, abs=PERCENT)
 
 
 @pytest.mark.parametrize("num_microbatches", [4, 8, 16, 32, 64])
 def test_with_transfers_v4_worse_than_v2(num_microbatches):
-    v2 = simulate(schedules.interleaved_one_f_one_b(4, num_microbatches, 2), 1.0, 2.0, t_comm=0.2)
-    v4 = simulate(schedules.interleaved_one_f_one_b(4, num_microbatches, 4), 1.0, 2.0, t_comm=0.2)
+    v2 = simulate(pipeline.interleaved_one_f_one_b(4, num_microbatches, 2), 1.0, 2.0, t_comm=0.2)
+    v4 = simulate(pipeline.interleaved_one_f_one_b(4, num_microbatches, 4), 1.0, 2.0, t_comm=0.2)
     assert v4.makespan > v2.makespan
 
 
 def test_lesson_two_conventions_interleaved_and_zero_bubble():
-    one = simulate(schedules.one_f_one_b(8, 32), 1.0, 2.0)
+    one = simulate(pipeline.one_f_one_b(8, 32), 1.0, 2.0)
     assert one.bubble_over_ideal == pytest.approx(0.219, abs=PERCENT)
     assert one.bubble_fraction_of_total == pytest.approx(0.179, abs=PERCENT)
-    interleaved = simulate(schedules.interleaved_one_f_one_b(8, 32, 4), 1.0, 2.0)
+    interleaved = simulate(pipeline.interleaved_one_f_one_b(8, 32, 4), 1.0, 2.0)
     assert interleaved.bubble_over_ideal == pytest.approx(0.055, abs=PERCENT)
     zb = simulate(schedules.zb_h1(8, 32), 1.0, 2.0, t_w=1.0)  # F = I = W = 1
     assert zb.idle_per_device == pytest.approx([i / 3 for i in one.idle_per_device], abs=1e-12)
@@ -92,7 +92,7 @@ def test_single_microbatch_with_half_forward_transfers_is_slower_than_one_device
 
 @given(num_stages=st.integers(1, 8), num_microbatches=st.integers(1, 24), t_b=st.sampled_from([0.5, 1.0, 2.0]))
 def test_gpipe_and_1f1b_match_closed_forms(num_stages, num_microbatches, t_b):
-    for make in (schedules.gpipe, schedules.one_f_one_b):
+    for make in (schedules.gpipe, pipeline.one_f_one_b):
         timeline = simulate(make(num_stages, num_microbatches), 1.0, t_b)
         assert timeline.makespan == pytest.approx(schedules.makespan(num_stages, num_microbatches, 1.0, t_b), rel=1e-12)
         expected = schedules.bubble_fraction_of_total(num_stages, num_microbatches)
@@ -103,7 +103,7 @@ def test_gpipe_and_1f1b_match_closed_forms(num_stages, num_microbatches, t_b):
 @given(num_stages=st.integers(1, 6), groups=st.integers(1, 4), num_chunks=st.integers(1, 4))
 def test_interleaved_matches_closed_form(num_stages, groups, num_chunks):
     m = groups * num_stages
-    timeline = simulate(schedules.interleaved_one_f_one_b(num_stages, m, num_chunks), 1.0, 2.0)
+    timeline = simulate(pipeline.interleaved_one_f_one_b(num_stages, m, num_chunks), 1.0, 2.0)
     assert timeline.makespan == pytest.approx(schedules.makespan(num_stages, m, 1.0, 2.0, num_chunks), rel=1e-12)
     assert timeline.bubble_over_ideal == pytest.approx(schedules.bubble_over_ideal(num_stages, m, num_chunks), abs=1e-12)
 
@@ -116,9 +116,9 @@ def test_zb_h1_idle_is_closed_form_when_m_at_least_k(num_stages, extra):
 
 
 def test_strings_round_trip_and_simulate_accepts_them():
-    rows = schedules.format_schedule(schedules.interleaved_one_f_one_b(2, 2, 2))
+    rows = schedules.format_schedule(pipeline.interleaved_one_f_one_b(2, 2, 2))
     assert rows[0].startswith("0F0 0F1 1F0")
-    assert schedules.parse_schedule(rows) == schedules.interleaved_one_f_one_b(2, 2, 2)
+    assert schedules.parse_schedule(rows) == pipeline.interleaved_one_f_one_b(2, 2, 2)
     assert simulate(["F0 B0", "F0 B0"]).makespan == pytest.approx(6, abs=1e-12)
 
 
@@ -160,8 +160,8 @@ def test_cli_prints_timeline_and_metrics(capsys, tmp_path):
     assert (tmp_path / "t.svg").read_text().startswith("<svg")
 
 
-@pytest.mark.parametrize("make, args", [(schedules.gpipe, (0, 2)), (schedules.one_f_one_b, (2, 0)),
-                                        (schedules.interleaved_one_f_one_b, (4, 6, 2)), (schedules.zb_h1, (True, 2))])
+@pytest.mark.parametrize("make, args", [(schedules.gpipe, (0, 2)), (pipeline.one_f_one_b, (2, 0)),
+                                        (pipeline.interleaved_one_f_one_b, (4, 6, 2)), (schedules.zb_h1, (True, 2))])
 def test_generators_reject_bad_sizes(make, args):
     with pytest.raises(ValueError):
         make(*args)

@@ -73,19 +73,20 @@ class StepReport:
     peak_live: list[int] = field(default_factory=list)
 
 
-def parse_action(action: Any) -> tuple[str, int]:
-    """``"F3"`` or an object with ``.kind`` and ``.microbatch`` -> ``("F", 3)``.
+def parse_action(action: Any, stage: int) -> tuple[str, int]:
+    """``"F3"``, or a ``minitorch.schedules.Action`` of ``stage``, -> ``("F", 3)``.
 
     Raises:
-        ValueError: not a forward or full-backward action of a single-chunk schedule.
+        ValueError: not a forward (F) or full backward (B), or an action of another stage
+            (the executor runs one stage per device: no interleaving, no I/W split).
     """
     if isinstance(action, str):
         kind, number = action[:1], action[1:]
         microbatch = int(number) if number.isdigit() else -1
     else:
         kind, microbatch = getattr(action, "kind", None), getattr(action, "microbatch", -1)
-        if getattr(action, "chunk", 0) not in (0, None):
-            raise ValueError(f"the executor runs single-chunk schedules only, got {action!r}")
+        if getattr(action, "stage", stage) != stage:
+            raise ValueError(f"stage {stage} got {action!r}: the executor runs one stage per device")
     if kind not in ("F", "B") or not isinstance(microbatch, int) or microbatch < 0:
         raise ValueError(f"an action must be F<microbatch> or B<microbatch>, got {action!r}")
     return kind, microbatch
@@ -119,7 +120,7 @@ def run_schedule(
         ValueError: the schedule does not match the stages or the batch.
         The first exception a stage raised; TimeoutError if a stage waits too long.
     """
-    plans = [[parse_action(a) for a in actions] for actions in schedule]
+    plans = [[parse_action(a, s) for a in actions] for s, actions in enumerate(schedule)]
     if len(plans) != len(stages) or len(stages) != workers.num_stages:
         raise ValueError(f"{len(stages)} stages, {workers.num_stages} workers, schedule for {len(plans)}")
     num_microbatches = 1 + max(mb for plan in plans for _, mb in plan)

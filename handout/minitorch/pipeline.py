@@ -13,12 +13,14 @@ per column; ``(i, j)`` is microbatch i on stage j::
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+import math
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
 from minitorch.runtime import DEFAULT_TIMEOUT, StageWorkers
+from minitorch.schedules import Action, stage_of
 
 
 def clock_cycles(num_microbatches: int, num_stages: int) -> Iterator[list[tuple[int, int]]]:
@@ -139,6 +141,182 @@ class Pipe(nn.Module):
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+# ---------------------------------------------------------------- Problem 4: schedules and recomputation
+#
+# A schedule says, for each device, the order in which it runs its actions
+# Action(stage, kind, microbatch); kind "F" is a forward, "B" a full backward.
+# minitorch.schedules (provided) simulates a schedule (simulate), draws it
+# (render_ascii) and measures it (makespan, bubble, peak in-flight microbatches).
+# Stage s lives on device s % K as that device's chunk s // K: with one chunk per
+# device the stage IS the device; with v chunks a microbatch goes round the devices
+# v times (stages 0..K-1, then K..2K-1, ...).
+
+
+def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[Action]]:
+    """The 1F1B (PipeDream-Flush) schedule: one ordered list of actions per device.
+
+    Device ``d`` (there are ``K = num_stages`` devices, one stage each, so stage == d)
+    runs ``K - d - 1`` warm-up forwards, then alternates one forward and one backward,
+    then runs the backwards that are left. Every device does ``F`` and ``B`` of every
+    microbatch ``0 .. M-1`` exactly once, in increasing microbatch order. With
+    ``K = 4, M = 8`` (F takes 1 unit, B 2 units; ``·`` is idle)::
+
+        device 0 |F0F1F2F3············B0B0F4B1B1F5B2B2F6B3B3F7B4B4··B5B5··B6B6··B7B7|
+        device 1 |··F0F1F2········B0B0F3B1B1F4B2B2F5B3B3F6B4B4F7B5B5··B6B6··B7B7····|
+        device 2 |····F0F1····B0B0F2B1B1F3B2B2F4B3B3F5B4B4F6B5B5F7B6B6··B7B7········|
+        device 3 |······F0B0B0F1B1B1F2B2B2F3B3B3F4B4B4F5B5B5F6B6B6F7B7B7············|
+
+    so ``one_f_one_b(4, 8)[0]`` is ``[Action(0, "F", 0), Action(0, "F", 1),
+    Action(0, "F", 2), Action(0, "F", 3), Action(0, "B", 0), Action(0, "F", 4), ...]``
+    (``minitorch.schedules.format_schedule`` prints it as ``"F0 F1 F2 F3 B0 F4 B1 ..."``).
+    The step takes as long as GPipe's, but device ``d`` never holds more than
+    ``K - d`` microbatches' activations (GPipe: all M). With fewer microbatches than
+    warm-up slots (``M < K - d - 1``) the warm-up is all ``M`` forwards.
+
+    Args:
+        num_stages: ``K >= 1`` devices.
+        num_microbatches: ``M >= 1``.
+
+    Returns:
+        ``schedule[d]``: device d's actions in order, each ``Action(d, "F" or "B", m)``.
+
+    Raises:
+        ValueError: ``num_stages < 1`` or ``num_microbatches < 1`` (or not ints).
+    """
+    # TODO: Implement for Problem 4.1.
+    raise NotImplementedError("Problem 4.1: one_f_one_b")
+
+
+def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_chunks: int) -> list[list[Action]]:
+    """Megatron's interleaved 1F1B schedule with ``v = num_chunks`` chunks per device.
+
+    The model has ``K * v`` stages (``K = num_stages`` devices); device ``d`` holds stages
+    ``d, d + K, ..., d + (v-1)K`` (its chunks 0..v-1), so a microbatch goes round the
+    devices v times and each action does 1/v of the device's work. Use
+    ``stage_of(device, chunk, K)`` for the stage number.
+
+    Device d's k-th forward (k = 0 .. M*v - 1) takes microbatches in groups of K per
+    chunk: with ``g, r = divmod(k, K * v)`` it is chunk ``r // K``, microbatch
+    ``g * K + r % K``. Its k-th backward is the same but with the chunk reversed
+    (``v - 1 - r // K``). Order: ``min(2(K-d-1) + (v-1)K, M v)`` warm-up forwards, then one
+    forward one backward, then the remaining backwards. With ``K = 2, M = 4, v = 2``::
+
+        device 0 |0F00F11F01F10F2···1B01B00F31B11B11F20B00B01F30B10B1···1B21B2···1B31B30B20B20B30B3|
+        device 1 |···0F00F11F01B01B01F11B11B10F20B00B00F30B10B11F21B21B21F31B31B30B20B20B30B3······|
+
+    (``1F0``: chunk 1, forward, microbatch 0; each chunk's F takes half a unit.) The
+    bubble is the 1F1B bubble divided by v; the price is v times as many transfers and
+    more microbatches in flight (5.5 instead of 4 on device 0 at K = 4, M = 8, v = 2).
+
+    Args:
+        num_stages: ``K >= 1`` devices.
+        num_microbatches: ``M >= 1``, a multiple of ``K``.
+        num_chunks: ``v >= 1`` chunks per device (``v = 1`` is plain 1F1B).
+
+    Returns:
+        ``schedule[d]``: device d's actions in order, ``Action(stage_of(d, chunk, K), kind, m)``.
+
+    Raises:
+        ValueError: a size < 1 (or not an int), or ``num_microbatches % num_stages != 0``.
+    """
+    # TODO: Implement for Problem 4.2.
+    raise NotImplementedError("Problem 4.2: interleaved_one_f_one_b")
+
+
+def segment_bounds(num_layers: int, segments: int) -> list[tuple[int, int]]:
+    """Split ``range(num_layers)`` into ``segments`` consecutive ``(start, stop)`` pieces.
+
+    Sizes differ by at most one, longer pieces first: ``segment_bounds(7, 3)`` is
+    ``[(0, 3), (3, 5), (5, 7)]``. Expects ``1 <= segments <= num_layers``.
+    """
+    size, extra = divmod(num_layers, segments)
+    bounds, start = [], 0
+    for index in range(segments):
+        stop = start + size + (index < extra)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def run_layers(layers: Sequence[Callable], x: torch.Tensor) -> torch.Tensor:
+    """``layers[-1](...layers[0](x))``: run the layers one after the other."""
+    for layer in layers:
+        x = layer(x)
+    return x
+
+
+class CheckpointSegment(torch.autograd.Function):
+    """One recomputed segment: ``CheckpointSegment.apply(run_segment, x, *params)``.
+
+    Forward runs ``run_segment(x)`` without building a graph and keeps only ``x`` (and
+    the random-number state); backward runs ``run_segment`` again from ``x`` with the
+    same random numbers, this time with a graph, and backpropagates through it.
+    ``params`` are the segment's parameters: passing them makes them inputs of this
+    Function, so the output requires grad (and ``backward`` is called) even when ``x``
+    does not, and ``backward`` returns their gradients.
+    """
+
+    @staticmethod
+    def forward(ctx, run_segment: Callable, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        """Run the segment (grad mode is already off here); save x, params and RNG states.
+
+        Save tensors with ``ctx.save_for_backward`` and anything else as ``ctx``
+        attributes. Save the CPU generator's state (``torch.get_rng_state()``) and, when
+        ``x`` is on CUDA, that device's (``torch.cuda.get_rng_state(x.device)``): dropout
+        in the segment must draw the same numbers again in backward.
+        """
+        # TODO: Implement for Problem 4.3.
+        raise NotImplementedError("Problem 4.3: CheckpointSegment.forward")
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        """Recompute the segment from its saved input with a graph; return the gradients.
+
+        Returns one gradient per ``forward`` argument: ``None`` for ``run_segment``, then
+        ``d loss / d x`` and one per param (``None`` where ``ctx.needs_input_grad`` is
+        False). Replay the saved RNG state for the recomputation and put the generator
+        back as it was afterwards, so that backward does not change the random numbers
+        that later code draws.
+        """
+        # TODO: Implement for Problem 4.3.
+        raise NotImplementedError("Problem 4.3: CheckpointSegment.backward")
+
+
+def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments: int | None = None) -> torch.Tensor:
+    """Run ``layers`` on ``x`` with activation recomputation (hand-written, sqrt(n) checkpoints).
+
+    Same value and, bit for bit, the same gradients as ``run_layers(layers, x)``, but the
+    forward keeps only each segment's input: the ``n`` layers are cut into ``segments``
+    consecutive segments (``segment_bounds``), each run through ``CheckpointSegment``,
+    and recomputed once in backward. Stored activations ~ ``n/k + k`` for segments of
+    ``k`` layers (segment inputs + one segment being recomputed), least at ``k ~ sqrt(n)``;
+    the price is one extra forward of every layer (lecture 4.3)::
+
+        forward   h0 ─[L0 L1 L2]─ h3 ─[L3 L4 L5]─ h6 ─[L6 L7 L8]─ h9   keep h0, h3, h6
+        backward  recompute L6 L7 L8 from h6, backprop; then L3 L4 L5 from h3; ...
+
+    Each layer's forward therefore runs exactly twice (once in forward, once in
+    backward), the last segment included. Layers with dropout give the same masks in
+    both runs because the RNG state is replayed. Do not use ``torch.utils.checkpoint``.
+
+    Args:
+        layers: a non-empty sequence of callables (``nn.Module`` s; an ``nn.Sequential``
+            works). Parameters of ``nn.Module`` layers get gradients.
+        x: the input tensor (any device; may or may not require grad).
+        segments: number of segments, an int in ``1 .. len(layers)``; ``None`` means
+            ``round(sqrt(len(layers)))``.
+
+    Returns:
+        The output of the last layer; differentiable w.r.t. ``x`` and the parameters.
+
+    Raises:
+        ValueError: no layers, a layer that is not callable, ``x`` not a tensor, or
+            ``segments`` not an int in ``1 .. len(layers)``.
+    """
+    # TODO: Implement for Problem 4.3.
+    raise NotImplementedError("Problem 4.3: checkpoint_sequential")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from minitorch import schedules
-from minitorch.pipeline_problem4 import checkpoint_sequential, interleaved_one_f_one_b, one_f_one_b, run_layers
+from minitorch.pipeline import checkpoint_sequential, interleaved_one_f_one_b, one_f_one_b, run_layers
 
 # ---------------------------------------------------------------- Problem 4.1
 
