@@ -14,9 +14,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-# pipeline_problem4.py holds Problem 4 until it moves into pipeline.py (grader/checks/schedules.py
-# names it as its STUDENT_MODULE).
-STUDENT_FILES = ("pipeline.py", "tensor_parallel.py", "pipeline_problem4.py")
+STUDENT_FILES = ("pipeline.py", "tensor_parallel.py")
 MAX_FILE_BYTES = 1_000_000
 MAX_ZIP_BYTES = 50_000_000
 MAX_ZIP_ENTRIES = 2_000

@@ -51,7 +51,7 @@ def test_answer_key_full_marks(tmp_path):
 
 def test_stub_scores_zero_with_not_implemented(tmp_path):
     folder = write_submission(tmp_path / "stub", stub_files())
-    run = run_grader(folder, "--only", "2", "--require-full", "--json", tmp_path / "r.json")
+    run = run_grader(folder, "--require-full", "--json", tmp_path / "r.json")
     assert run.returncode == 1, run.stdout + run.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["score"] == 0
