@@ -1,0 +1,125 @@
+"""What a grading run shows and writes: terminal lines and tables, ``--json``, ``--gradescope``."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from grader.grading import Report, Result, as_json
+from grader.harness import format_bytes
+from grader.rubric import Rubric
+
+OUTPUT_LINES_SHOWN = 15
+
+
+def _points(value: float) -> str:
+    return f"{value:g}"
+
+
+def live_line(result: Result) -> str:
+    """One line per criterion as it finishes: id, status, points, seconds."""
+    return f"  {result.id:<22} {result.status:<8} {_points(result.earned):>3}/{_points(result.points):<3} {result.seconds:6.2f} s"
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def _output_tail(result: Result) -> str:
+    lines = result.output.rstrip("\n").splitlines()[-OUTPUT_LINES_SHOWN:]
+    return "\n".join(lines)
+
+
+def summary(report: Report, rubric: Rubric) -> str:
+    """The table per problem and the total, then every failure message."""
+    problems: dict[str, list[Result]] = {}
+    for result in report.results:
+        problems.setdefault(result.problem, []).append(result)
+    width = max([len(rubric.title_of(p)) for p in problems] + [10])
+    lines = ["", f"{'Problem':<8}{'':<{width + 2}}{'Score':>9}"]
+    for problem, results in problems.items():
+        earned = sum(r.earned for r in results)
+        points = sum(r.points for r in results)
+        blocked = [r for r in results if r.status == "blocked"]
+        note = f"  blocked: {blocked[0].message}" if blocked else ""
+        lines.append(f"{problem:<8}{rubric.title_of(problem):<{width + 2}}{_points(earned):>5}/{_points(points):<4}{note}")
+    total = f"{_points(report.score):>5}/{_points(report.max_score):<4}"
+    blocked = f"  ({_points(report.blocked_points)} points blocked: hardware missing)" if report.blocked_points else ""
+    lines.append(f"{'Total':<{width + 10}}{total}{blocked}")
+    if not report.complete:
+        lines.append(f"(incomplete: {len(report.results)} of {report.planned} criteria graded)")
+    problems_shown = [r for r in report.results if r.status not in ("passed", "blocked")]
+    if problems_shown:
+        lines += ["", "What went wrong:"]
+        for result in problems_shown:
+            lines.append(f"{result.id} ({_points(result.points)} points): {result.status}")
+            lines.append(_indent(result.message))
+            if result.output:
+                lines.append(f"    your code printed (last {OUTPUT_LINES_SHOWN} lines at most):")
+                lines.append(_indent(_output_tail(result), "      | "))
+    if report.count("error"):
+        lines += ["", f"GRADER ERROR in {report.count('error')} criteria: the grader broke, not the submission. Tell the course staff."]
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    if report.child_seconds is not None:
+        lines += ["", f"Each criterion ran in its own isolated process (start-up {report.child_seconds * 1000:.0f} ms); seed {report.seed}."]
+    return "\n".join(lines)
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file and os.replace: never half a file."""
+    path = Path(path)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(report: Report, path: str | os.PathLike) -> None:
+    write_atomic(path, json.dumps(as_json(report), indent=2) + "\n")
+
+
+def gradescope(report: Report, rubric: Rubric, seconds: float) -> dict:
+    """Gradescope's results.json for ``report``."""
+    tests, index = [], {}
+    for result in report.results:
+        index[result.problem] = index.get(result.problem, 0) + 1
+        output = result.message
+        if result.output:
+            output += f"\n\nYour code printed (last {OUTPUT_LINES_SHOWN} lines):\n{_output_tail(result)}"
+        test = {
+            "name": f"{result.id}: {result.title}",
+            "number": f"{result.problem}.{index[result.problem]}",
+            "score": result.earned,
+            "max_score": result.points,
+            "status": "passed" if result.status == "passed" else "failed",
+            "output": f"[{result.status}] {output}".rstrip() if result.status != "passed" else "passed",
+            "visibility": "visible",
+        }
+        tests.append(test)
+    return {
+        "score": report.score,
+        "execution_time": int(round(seconds)),
+        "output": summary(report, rubric).strip(),
+        "tests": tests,
+    }
+
+
+def write_gradescope(report: Report, rubric: Rubric, seconds: float, path: str | os.PathLike) -> None:
+    write_atomic(path, json.dumps(gradescope(report, rubric, seconds), indent=2) + "\n")
+
+
+def failure_results(message: str, seconds: float = 0.0) -> dict:
+    """A Gradescope results.json for a run that could not grade at all (bad PATH, bad rubric)."""
+    return {"score": 0, "execution_time": int(round(seconds)), "output": message, "tests": []}
+
+
+__all__ = ["live_line", "summary", "write_json", "write_gradescope", "gradescope", "write_atomic", "format_bytes"]

@@ -1,0 +1,230 @@
+"""The rubric: which criteria exist, what they are worth, what they need and which check runs them.
+
+TAs edit ``grader/rubric.toml`` (points, timeouts, params, ``enabled = false``,
+``[grader] disabled_problems``); :func:`load_rubric` validates it and names the entry and
+field of every mistake, so a typo never silently changes a grade.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+DEFAULT_RUBRIC = Path(__file__).resolve().parent / "rubric.toml"
+
+# What each value of `needs` asks of the machine: the number of CUDA GPUs.
+HARDWARE = {"cpu": 0, "cuda2": 2}
+
+_PROBLEM = re.compile(r"^\d+\.\d+$")
+_ID = re.compile(r"^\d+\.\d+-[a-z0-9]+(-[a-z0-9]+)*$")
+_CHECK = re.compile(r"^[a-z_][a-z0-9_]*:[a-z_][a-z0-9_]*$")
+
+CRITERION_KEYS = {"id", "problem", "title", "points", "needs", "check", "timeout", "params", "enabled"}
+REQUIRED_KEYS = ("id", "problem", "title", "points", "needs", "check")
+SETTINGS_KEYS = {"timeout", "memory_mb", "output_limit_mb", "max_processes", "user", "disabled_problems"}
+TOP_LEVEL_KEYS = {"grader", "problems", "criterion"}
+
+
+class RubricError(ValueError):
+    """The rubric file is wrong; the message names the file, the entry and the field."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Defaults for every criterion (``[grader]`` table of the rubric).
+
+    ``timeout``: seconds per criterion when the criterion sets none. ``memory_mb``: memory a
+    child may allocate on top of what it uses when it starts. ``output_limit_mb``: most a
+    child may print (and the largest file it may write). ``max_processes``: processes and
+    threads a child may add (Problem 3 forks ranks with torch threads: be generous).
+    ``user``: the unprivileged account children run as when the grader runs as root.
+    """
+
+    timeout: float = 60.0
+    memory_mb: int = 4096
+    output_limit_mb: float = 16.0
+    max_processes: int = 512
+    user: str = "nobody"
+    disabled_problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One all-or-nothing rubric entry."""
+
+    id: str
+    problem: str
+    title: str
+    points: float
+    needs: str
+    check: str
+    timeout: float
+    params: dict = field(default_factory=dict)
+    enabled: bool = True
+
+    @property
+    def module(self) -> str:
+        """The check module's import name, e.g. ``grader.checks.pipeline``."""
+        return "grader.checks." + self.check.split(":")[0]
+
+    @property
+    def name(self) -> str:
+        """The check's name: the module defines ``observe_<name>`` and ``judge_<name>``."""
+        return self.check.split(":")[1]
+
+
+@dataclass(frozen=True)
+class Rubric:
+    path: Path
+    settings: Settings
+    criteria: tuple[Criterion, ...]
+    problem_titles: dict[str, str]
+
+    def active(self) -> list[Criterion]:
+        """The criteria to grade: enabled ones of problems that are not disabled."""
+        off = set(self.settings.disabled_problems)
+        return [c for c in self.criteria if c.enabled and c.problem not in off]
+
+    def title_of(self, problem: str) -> str:
+        return self.problem_titles.get(problem, "")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _settings(table: Any, where: str) -> Settings:
+    if not isinstance(table, dict):
+        raise RubricError(f"{where}: [grader] must be a table")
+    unknown = sorted(set(table) - SETTINGS_KEYS)
+    if unknown:
+        raise RubricError(f"{where}: [grader] has unknown key {unknown[0]!r} (known: {', '.join(sorted(SETTINGS_KEYS))})")
+    defaults = Settings()
+    values = {}
+    for key in ("timeout", "memory_mb", "output_limit_mb", "max_processes"):
+        value = table.get(key, getattr(defaults, key))
+        if not _is_number(value) or value <= 0:
+            raise RubricError(f"{where}: [grader] {key} must be a positive number, got {value!r}")
+        values[key] = value
+    for key in ("memory_mb", "max_processes"):
+        if not isinstance(values[key], int):
+            raise RubricError(f"{where}: [grader] {key} must be a whole number, got {values[key]!r}")
+    user = table.get("user", defaults.user)
+    if not isinstance(user, str) or not user:
+        raise RubricError(f"{where}: [grader] user must be a user name, got {user!r}")
+    disabled = table.get("disabled_problems", [])
+    if not isinstance(disabled, list) or not all(isinstance(p, str) and _PROBLEM.match(p) for p in disabled):
+        raise RubricError(f'{where}: [grader] disabled_problems must be a list of problems like ["2.3"], got {disabled!r}')
+    return Settings(user=user, disabled_problems=tuple(disabled), **values)
+
+
+def _check_function(check: str, label: str) -> None:
+    """Fail unless the check module defines ``observe_<name>`` and ``judge_<name>``."""
+    module_name, name = check.split(":")
+    try:
+        module = importlib.import_module("grader.checks." + module_name)
+    except ModuleNotFoundError as error:
+        if error.name == "grader.checks." + module_name:
+            raise RubricError(f"{label}: check {check!r}: no module grader/checks/{module_name}.py") from None
+        raise
+    for prefix in ("observe_", "judge_"):
+        if not callable(getattr(module, prefix + name, None)):
+            raise RubricError(f"{label}: check {check!r}: grader/checks/{module_name}.py has no function {prefix}{name}")
+
+
+def _criterion(entry: Any, index: int, settings: Settings, where: str) -> Criterion:
+    label = f"{where}: criterion #{index + 1}"
+    if not isinstance(entry, dict):
+        raise RubricError(f"{label}: must be a [[criterion]] table")
+    if isinstance(entry.get("id"), str):
+        label += f" ({entry['id']})"
+    unknown = sorted(set(entry) - CRITERION_KEYS)
+    if unknown:
+        raise RubricError(f"{label}: unknown key {unknown[0]!r} (known: {', '.join(sorted(CRITERION_KEYS))})")
+    for key in REQUIRED_KEYS:
+        if key not in entry:
+            raise RubricError(f"{label}: missing key {key!r}")
+    for key in ("id", "problem", "title", "needs", "check"):
+        if not isinstance(entry[key], str) or not entry[key].strip():
+            raise RubricError(f"{label}: {key} must be a non-empty string, got {entry[key]!r}")
+    if not _PROBLEM.match(entry["problem"]):
+        raise RubricError(f"{label}: problem must look like \"2.2\", got {entry['problem']!r}")
+    if not _ID.match(entry["id"]) or not entry["id"].startswith(entry["problem"] + "-"):
+        raise RubricError(
+            f"{label}: id must be \"<problem>-<slug>\" with a lower-case slug, e.g. \"{entry['problem']}-forward\", got {entry['id']!r}"
+        )
+    if not _is_number(entry["points"]) or entry["points"] <= 0:
+        raise RubricError(f"{label}: points must be a positive number, got {entry['points']!r}")
+    if entry["needs"] not in HARDWARE:
+        raise RubricError(f"{label}: needs must be one of {', '.join(repr(n) for n in HARDWARE)}, got {entry['needs']!r}")
+    if not _CHECK.match(entry["check"]):
+        raise RubricError(f"{label}: check must be \"<module>:<name>\", e.g. \"pipeline:forward\", got {entry['check']!r}")
+    timeout = entry.get("timeout", settings.timeout)
+    if not _is_number(timeout) or timeout <= 0:
+        raise RubricError(f"{label}: timeout must be a positive number of seconds, got {timeout!r}")
+    params = entry.get("params", {})
+    if not isinstance(params, dict):
+        raise RubricError(f"{label}: params must be a table ([criterion.params]), got {params!r}")
+    enabled = entry.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise RubricError(f"{label}: enabled must be true or false, got {enabled!r}")
+    _check_function(entry["check"], label)
+    return Criterion(
+        id=entry["id"], problem=entry["problem"], title=entry["title"].strip(), points=entry["points"],
+        needs=entry["needs"], check=entry["check"], timeout=float(timeout), params=params, enabled=enabled,
+    )
+
+
+def parse_rubric(text: str, path: Path = DEFAULT_RUBRIC) -> Rubric:
+    """Validate rubric TOML ``text`` (read from ``path``, used in messages)."""
+    where = str(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise RubricError(f"{where}: not valid TOML: {error}") from None
+    unknown = sorted(set(data) - TOP_LEVEL_KEYS)
+    if unknown:
+        raise RubricError(f"{where}: unknown top-level key {unknown[0]!r} (known: [grader], [problems], [[criterion]])")
+    settings = _settings(data.get("grader", {}), where)
+    titles = data.get("problems", {})
+    if not isinstance(titles, dict) or not all(_PROBLEM.match(k) and isinstance(v, str) for k, v in titles.items()):
+        raise RubricError(f'{where}: [problems] must map problems to titles, e.g. "2.1" = "clock_cycles"')
+    entries = data.get("criterion", [])
+    if not isinstance(entries, list) or not entries:
+        raise RubricError(f"{where}: no [[criterion]] entries")
+    criteria = [_criterion(entry, index, settings, where) for index, entry in enumerate(entries)]
+    seen: dict[str, int] = {}
+    for index, criterion in enumerate(criteria):
+        if criterion.id in seen:
+            raise RubricError(
+                f"{where}: criterion #{index + 1}: duplicate id {criterion.id!r} (also criterion #{seen[criterion.id] + 1})"
+            )
+        seen[criterion.id] = index
+    problems = {c.problem for c in criteria}
+    for problem in settings.disabled_problems:
+        if problem not in problems:
+            raise RubricError(f"{where}: [grader] disabled_problems names {problem!r}, which no criterion belongs to")
+    return Rubric(path=path, settings=settings, criteria=tuple(criteria), problem_titles=dict(titles))
+
+
+def load_rubric(path: str | Path = DEFAULT_RUBRIC) -> Rubric:
+    """Read and validate the rubric at ``path``.
+
+    Raises:
+        RubricError: unreadable file, invalid TOML, unknown keys, missing or ill-typed
+            fields, duplicate ids, a check module or function that does not exist.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise RubricError(f"{path}: cannot read the rubric: {error.strerror}") from None
+    return parse_rubric(text, path)

@@ -1,0 +1,48 @@
+"""The harness isolates every child: the submitted file, never the answer key; own process
+group; private TMPDIR; limits; an unprivileged user when the grader runs as root."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from grading_helpers import REPO, answer_key_source, grade_folder, write_submission
+from grader.rubric import parse_rubric
+
+RUBRIC = """
+[[criterion]]
+id = "9.1-isolation"
+problem = "9.1"
+title = "the child is isolated"
+points = 1
+needs = "cpu"
+check = "selftest:isolation"
+timeout = 60
+"""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    source = answer_key_source() + '\nSUBMITTED_MARKER = "submitted"\n'
+    folder = write_submission(tmp_path_factory.mktemp("isolation"), {"pipeline.py": source})
+    return grade_folder(folder, rubric=parse_rubric(RUBRIC))
+
+
+def test_child_is_isolated(report):
+    (result,) = report.results
+    assert result.status == "passed", result.message
+
+
+def test_answer_key_not_importable_from_the_child(report):
+    # The grader's own process can import the answer key (the repo root is on its path);
+    # the passed criterion above says the child imported the submitted file instead.
+    assert str(REPO) in [os.path.realpath(p or ".") for p in sys.path]
+    assert report.results[0].status == "passed"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="privileges are dropped only when the grader runs as root")
+def test_children_drop_root(report):
+    assert report.environment["children_uid"] != 0, report.notes
+
