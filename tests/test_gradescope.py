@@ -66,7 +66,10 @@ def test_no_answer_key_inside(autograder_zip):
         if key.exists():
             lines = key.read_text().splitlines(keepends=True)
             regions += ["".join(lines[r.begin : r.end - 1]) for r in handout.find_regions(key.read_text(), name)]
-    assert regions
+    # A one-line body (ParallelMLP's `return self.fc2(F.gelu(self.fc1(x)))`) is also what any
+    # dense reference module says; longer regions are the answer key's own code.
+    regions = [region for region in regions if len(region.strip().splitlines()) > 1]
+    assert len(regions) > 20
     with zipfile.ZipFile(autograder_zip) as archive:
         # grader/checks/pipeline.py is a check module, not a student file: look in minitorch/.
         assert not [n for n in archive.namelist() if Path(n).parent.name == "minitorch" and Path(n).name in handout.STUDENT_FILES]
