@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--require-full", action="store_true", help="exit 1 unless every criterion that is not blocked passed")
     parser.add_argument("--rubric", metavar="FILE", help="use this rubric instead of grader/rubric.toml")
     parser.add_argument("--seed", type=int, help="reuse a run's seed (printed at the end) to reproduce it")
+    parser.add_argument("--gpu-smoke", action="store_true",
+                        help="run only the GPU criteria, on ONE GPU with a small workload: exercises the CUDA code paths, scores nothing")
     return parser
 
 
@@ -71,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         rubric = load_rubric(args.rubric or DEFAULT_RUBRIC)
+        if args.gpu_smoke:
+            rubric = rubric.gpu_smoke()
         submission = load_submission(args.path)
         select(rubric.active(), args.only)
     except (RubricError, SubmissionNotFound, ValueError) as error:

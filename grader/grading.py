@@ -202,7 +202,8 @@ def grade(
             limit = timeout if timeout is not None else criterion.timeout
             output = ""
             if HARDWARE[criterion.needs] > gpus:
-                status, message = "blocked", f"needs {HARDWARE[criterion.needs]} CUDA GPUs (this machine has {gpus})"
+                wanted = HARDWARE[criterion.needs]
+                status, message = "blocked", f"needs {wanted} CUDA GPU{'s' if wanted > 1 else ''} (this machine has {gpus})"
             elif submission.problem is not None:
                 status, message = "failed", submission.problem
             elif broken is not None:

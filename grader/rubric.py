@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ except ModuleNotFoundError:  # Python 3.10
 DEFAULT_RUBRIC = Path(__file__).resolve().parent / "rubric.toml"
 
 # What each value of `needs` asks of the machine: the number of CUDA GPUs.
-HARDWARE = {"cpu": 0, "cuda2": 2}
+HARDWARE = {"cpu": 0, "cuda1": 1, "cuda2": 2}
 
 _PROBLEM = re.compile(r"^\d+\.\d+$")
 _ID = re.compile(r"^\d+\.\d+-[a-z0-9]+(-[a-z0-9]+)*$")
@@ -95,6 +95,20 @@ class Rubric:
 
     def title_of(self, problem: str) -> str:
         return self.problem_titles.get(problem, "")
+
+    def gpu_smoke(self) -> "Rubric":
+        """Only the criteria that need GPUs, each in its one-GPU smoke mode worth 0 points.
+
+        Their checks get ``params["smoke"] = True``: all stages on ``cuda:0`` and a small
+        workload, which exercises the CUDA code paths on any single GPU; nothing is judged.
+        """
+        smoke = tuple(
+            replace(c, needs="cuda1", points=0, title=f"{c.title} [one-GPU smoke run, not scored]",
+                    params={**c.params, "smoke": True})
+            for c in self.active()
+            if HARDWARE[c.needs] > 0
+        )
+        return replace(self, criteria=smoke)
 
 
 def _is_number(value: Any) -> bool:
