@@ -32,8 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.submission import STUDENT_FILES
+
 REPO = Path(__file__).resolve().parents[1]
-STUDENT_FILES = ("pipeline.py", "tensor_parallel.py")
 MAX_REPORT_BYTES = 10_000_000
 CANVAS_IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 

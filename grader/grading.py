@@ -206,6 +206,8 @@ def grade(
                 status, message = "blocked", f"needs {wanted} CUDA GPU{'s' if wanted > 1 else ''} (this machine has {gpus})"
             elif submission.problem is not None:
                 status, message = "failed", submission.problem
+            elif submission.missing_file_for(criterion.problem):
+                status, message = "failed", f"missing {submission.missing_file_for(criterion.problem)} (not in the submission)"
             elif broken is not None:
                 status, message = "error", broken
             else:

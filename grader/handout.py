@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import writeup
+from grader.submission import STUDENT_FILES
 
 REPO = Path(__file__).resolve().parents[1]
-STUDENT_FILES = ("pipeline.py", "tensor_parallel.py")
 KIT_TEMPLATES = Path(__file__).resolve().parent / "kit"
 # What a student's `make test` / `make submit` leaves in the kit; never part of the comparison.
 IGNORED_NAMES = {".venv", "__pycache__", ".pytest_cache", ".hypothesis", "submission.zip"}

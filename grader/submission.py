@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 STUDENT_FILES = ("pipeline.py", "tensor_parallel.py")
+# Which student file each homework problem (the part before the dot) is written in.
+FILE_OF_PROBLEM = {"2": "pipeline.py", "3": "tensor_parallel.py", "4": "pipeline.py"}
 MAX_FILE_BYTES = 1_000_000
 MAX_ZIP_BYTES = 50_000_000
 MAX_ZIP_ENTRIES = 2_000
@@ -43,6 +45,11 @@ class Submission:
 
     def missing(self) -> list[str]:
         return [name for name in STUDENT_FILES if name not in self.files]
+
+    def missing_file_for(self, problem: str) -> str | None:
+        """The student file that ``problem`` (e.g. ``"3.2"``) is written in, if it was not submitted."""
+        name = FILE_OF_PROBLEM.get(problem.split(".")[0])
+        return name if name is not None and name not in self.files else None
 
     def sha256(self) -> dict[str, str]:
         return {name: hashlib.sha256(data).hexdigest() for name, data in sorted(self.files.items())}

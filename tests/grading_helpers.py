@@ -15,7 +15,7 @@ from grader.submission import load_submission
 
 REPO = Path(__file__).resolve().parents[1]
 ANSWER_KEY = REPO / "minitorch"
-STUDENT_FILES = ("pipeline.py", "tensor_parallel.py")
+from grader.submission import STUDENT_FILES
 
 
 def answer_key_source(name: str = "pipeline.py") -> str:

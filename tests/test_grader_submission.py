@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from grader.submission import SubmissionNotFound, load_submission
+from grading_helpers import answer_key_source, grade_folder, write_submission
 
 
 def make_zip(path: Path, entries: dict[str, str]) -> Path:
@@ -64,3 +65,15 @@ def test_symlink_is_refused(tmp_path):
 def test_missing_path(tmp_path):
     with pytest.raises(SubmissionNotFound, match="no such file"):
         load_submission(tmp_path / "nope")
+
+
+def test_a_missing_student_file_fails_its_problems_without_running_them(tmp_path):
+    folder = write_submission(tmp_path / "only-pipeline", {"pipeline.py": answer_key_source("pipeline.py")})
+    report = grade_folder(folder, only=["2.1", "3"])
+    by_problem = {r.id: r for r in report.results}
+    assert by_problem["2.1-schedule"].status == "passed"
+    for result in report.results:
+        if result.problem.startswith("3."):
+            assert result.status == "failed"
+            assert result.message == "missing tensor_parallel.py (not in the submission)"
+            assert result.seconds < 0.5, "a missing file must not start the criterion's child"
