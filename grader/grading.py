@@ -40,6 +40,7 @@ class Result:
     message: str
     seconds: float
     output: str = ""
+    details: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -128,18 +129,21 @@ def _exit_reason(code: int | None) -> str:
     return f"was killed by {name} before reporting a result{hint}"
 
 
+def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[str, str, dict]:
+    """``(status, message, details)`` from the criterion's parent-side ``judge_*`` function."""
+    judge_function = getattr(importlib.import_module(criterion.module), "judge_" + criterion.name)
+    try:
+        details = judge_function(seed, dict(criterion.params), observation)
+    except Fail as failure:
+        return "failed", str(failure), failure.details
+    except Exception:  # noqa: BLE001 - a broken judge is the grader's fault: say so loudly
+        return "error", f"grader error in {criterion.check} (judge):\n{traceback.format_exc(limit=-3)}", {}
+    return "passed", "", details if isinstance(details, dict) else {}
+
+
 def judge(criterion: Criterion, seed: int, outcome: Outcome, submission: Submission, timeout: float, output_limit_mb: float) -> tuple[str, str]:
-    """``(status, message)`` for what a child produced; runs the parent-side judge."""
+    """``(status, message)`` for what a child produced other than an observation."""
     envelope = outcome.envelope
-    if outcome.kind == "observation":
-        judge_function = getattr(importlib.import_module(criterion.module), "judge_" + criterion.name)
-        try:
-            judge_function(seed, dict(criterion.params), envelope["observation"])
-        except Fail as failure:
-            return "failed", str(failure)
-        except Exception:  # noqa: BLE001 - a broken judge is the grader's fault: say so loudly
-            return "error", f"grader error in {criterion.check} (judge):\n{traceback.format_exc(limit=-3)}"
-        return "passed", ""
     if outcome.kind == "fail":
         return "failed", envelope["message"]
     if outcome.kind == "exception":
@@ -200,7 +204,7 @@ def grade(
         for criterion in criteria:
             started = time.perf_counter()
             limit = timeout if timeout is not None else criterion.timeout
-            output = ""
+            output, details = "", {}
             if HARDWARE[criterion.needs] > gpus:
                 wanted = HARDWARE[criterion.needs]
                 status, message = "blocked", f"needs {wanted} CUDA GPU{'s' if wanted > 1 else ''} (this machine has {gpus})"
@@ -213,7 +217,10 @@ def grade(
             else:
                 try:
                     outcome = harness.run(criterion, report.seed, limit)
-                    status, message = judge(criterion, report.seed, outcome, submission, limit, rubric.settings.output_limit_mb)
+                    if outcome.kind == "observation":
+                        status, message, details = judge_observation(criterion, report.seed, outcome.envelope["observation"])
+                    else:
+                        status, message = judge(criterion, report.seed, outcome, submission, limit, rubric.settings.output_limit_mb)
                     output = outcome.output
                 except (HarnessError, OSError) as error:
                     status, message = "error", f"grader error running {criterion.id}: {error}"
@@ -221,6 +228,7 @@ def grade(
                 id=criterion.id, problem=criterion.problem, title=criterion.title, points=criterion.points,
                 earned=criterion.points if status == "passed" else 0, status=status, message=message,
                 seconds=round(time.perf_counter() - started, 3), output=output if status != "passed" else "",
+                details=details,
             )
             report.results.append(result)
             if on_result is not None:

@@ -28,13 +28,15 @@ def observation(ratios, conclusive=True, forwards=3, calls=None):
     }
 
 
-def test_a_fast_pipe_with_the_schedule_passes():
-    judge_speedup(0, {"threshold": 1.10}, observation([1.45, 1.5, 1.48, 1.52, 1.47]))
+def test_a_fast_pipe_with_the_schedule_passes_and_keeps_the_raw_timings():
+    details = judge_speedup(0, {"threshold": 1.10}, observation([1.45, 1.5, 1.48, 1.52, 1.47]))
+    assert details["timing"]["ratios"] == [1.45, 1.5, 1.48, 1.52, 1.47] and details["threshold"] == 1.10
 
 
 def test_below_threshold_fails_with_the_ratios_and_a_hint():
-    with pytest.raises(Fail, match=r"1\.06x is below 1\.10x.*\.to\(device\)"):
+    with pytest.raises(Fail, match=r"1\.06x is below 1\.10x.*\.to\(device\)") as failure:
         judge_speedup(0, {"threshold": 1.10}, observation([1.05, 1.06, 1.07, 1.06, 1.04]))
+    assert failure.value.details["timing"]["median_ratio"] == 1.06
 
 
 def test_threshold_comes_from_the_rubric_params():
@@ -62,3 +64,15 @@ def test_gpu_smoke_rubric_keeps_only_gpu_criteria_unscored_on_one_gpu():
     assert [c.id for c in smoke.criteria] == ["2.3-speedup"]
     (criterion,) = smoke.criteria
     assert criterion.needs == "cuda1" and criterion.points == 0 and criterion.params["smoke"] is True
+
+
+def test_judge_details_reach_the_json_report():
+    from grader.grading import Report, Result, as_json, judge_observation
+
+    criterion = next(c for c in load_rubric(DEFAULT_RUBRIC).criteria if c.id == "2.3-speedup")
+    status, message, details = judge_observation(criterion, 0, observation([1.05] * 5))
+    assert status == "failed" and "below 1.10x" in message
+    result = Result(id=criterion.id, problem="2.3", title="", points=10, earned=0, status=status,
+                    message=message, seconds=1.0, details=details)
+    report = as_json(Report(submission="x", files={}, environment={}, seed=0, planned=1, results=[result]))
+    assert report["criteria"][0]["details"]["timing"]["ratios"] == [1.05] * 5

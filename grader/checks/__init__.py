@@ -15,10 +15,12 @@ A criterion in ``grader/rubric.toml`` names its check as ``"<module>:<name>"``. 
     which cannot execute code, so a hostile child cannot attack the parent through it.
     It may raise ``Fail(message)`` when a fact can only be judged in the child.
 
-``judge_<name>(seed: int, params: dict, observation) -> None``
+``judge_<name>(seed: int, params: dict, observation) -> dict | None``
     Runs in the PARENT. It computes the expected values itself from plain PyTorch
     (sequential stages, dense single-process layers), from the same ``seed``, and raises
-    ``Fail(message)`` on the first mismatch. Returning normally means passed.
+    ``Fail(message)`` on the first mismatch. Returning normally means passed. A judge may
+    return (or pass as ``Fail(message, details=...)``) a JSON-able dict of measurements,
+    e.g. raw timings; the JSON report keeps it as the criterion's ``details``.
 
 ``seed`` is drawn fresh for every grading run; ``params`` is the criterion's
 ``params`` table from the rubric (empty dict when absent). Any other exception from
@@ -31,4 +33,8 @@ terms of the write-up (``wave 2: expected submit(0) submit(1) receive(0) ...; go
 
 
 class Fail(Exception):
-    """A student-facing reason why a criterion failed."""
+    """A student-facing reason why a criterion failed, with optional JSON-able ``details``."""
+
+    def __init__(self, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.details = details or {}

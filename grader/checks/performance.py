@@ -97,11 +97,14 @@ def observe_speedup(seed: int, params: dict) -> dict:
     }
 
 
-def judge_speedup(seed: int, params: dict, observation: dict) -> None:
+def judge_speedup(seed: int, params: dict, observation: dict) -> dict:
     timing = observation["timing"]
+    details = {key: observation[key] for key in ("smoke", "workload", "devices", "timing", "gpus", "peer_access_0_1")
+               if key in observation}
     if observation["smoke"]:
-        return
+        return details
     threshold = float(params.get("threshold", 1.10))
+    details["threshold"] = threshold
     num_microbatches = observation["workload"]["rows"] // observation["workload"]["split_size"]
     expected = []
     for wave in range(num_microbatches + 1):
@@ -112,11 +115,12 @@ def judge_speedup(seed: int, params: dict, observation: dict) -> None:
     for number, order in enumerate(forwards):
         if order != expected:
             raise Fail(f"during the timed run, forward call {number}'s submit/receive order differs "
-                       "from the clock-cycle schedule (see criterion 2.2-call-order)")
+                       "from the clock-cycle schedule (see criterion 2.2-call-order)", details)
     ratios = ", ".join(f"{r:.2f}" for r in timing["ratios"])
     if not timing["conclusive"]:
         raise Fail(f"timing was inconclusive after {timing['attempts']} attempts (ratios {ratios}); "
-                   "the machine may be busy: ask a TA to rerun this criterion")
+                   "the machine may be busy: ask a TA to rerun this criterion", details)
     if timing["median_ratio"] < threshold:
         raise Fail(f"training step speedup {timing['median_ratio']:.2f}x is below {threshold:.2f}x "
-                   f"(paired ratios {ratios}). Are the .to(device) copies inside the submitted callables?")
+                   f"(paired ratios {ratios}). Are the .to(device) copies inside the submitted callables?", details)
+    return details
