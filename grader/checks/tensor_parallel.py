@@ -615,6 +615,16 @@ def observe_mlp(seed: int, params: dict):
 
 def judge_mlp(seed: int, params: dict, observation) -> None:
     params = {**params, "part": "mlp"}
+    dense = _DenseLayer(_master(seed))
+    for t in params.get("world_sizes", WORLD_SIZES):
+        x = _activations(seed, t)["x"]
+        with torch.no_grad():
+            gelu_last = F.gelu(dense.fc2(dense.fc1(x)))
+        for r, o in enumerate(observation[f"t{t}"]):
+            if _close(o["out"], gelu_last):
+                raise Fail(f"t={t}, rank {r}: ParallelMLP applies GeLU to the summed output of fc2; "
+                           "GeLU belongs between the layers, on each rank's own block of fc1's output "
+                           "(no communication needed there)")
     _judge_block(seed, params, observation, "ParallelMLP", "mlp.")
     for t in params.get("world_sizes", WORLD_SIZES):
         for r, o in enumerate(observation[f"t{t}"]):
