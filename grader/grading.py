@@ -19,6 +19,7 @@ from typing import Callable
 
 import torch
 
+from grader import policy
 from grader.checks import Fail
 from grader.harness import Harness, HarnessError, Outcome, format_bytes
 from grader.rubric import HARDWARE, Criterion, Rubric
@@ -53,6 +54,13 @@ class Report:
     complete: bool = False
     child_seconds: float | None = None
     notes: list[str] = field(default_factory=list)
+    policy_findings: list[dict] = field(default_factory=list)
+    review: list[str] = field(default_factory=list)
+
+    @property
+    def needs_review(self) -> bool:
+        """A person should look at this submission (the score stands until they do)."""
+        return bool(self.review)
 
     @property
     def score(self) -> float:
@@ -131,6 +139,12 @@ def _exit_reason(code: int | None) -> str:
 def judge(criterion: Criterion, seed: int, outcome: Outcome, submission: Submission, timeout: float, output_limit_mb: float) -> tuple[str, str]:
     """``(status, message)`` for what a child produced; runs the parent-side judge."""
     envelope = outcome.envelope
+    if envelope.get("tampered"):
+        changed = ", ".join(envelope["tampered"][:5])
+        return "failed", (
+            f"your code replaced part of the grader or of torch's comparison functions while it ran ({changed}); "
+            "what this criterion observed cannot be trusted, so it scores 0 and the course staff will review it"
+        )
     if outcome.kind == "observation":
         judge_function = getattr(importlib.import_module(criterion.module), "judge_" + criterion.name)
         try:
@@ -184,6 +198,12 @@ def grade(
         submission=submission.path, files=submission.sha256(), environment=environment(),
         seed=secrets.randbelow(2**31 - 1) if seed is None else seed, planned=len(criteria),
     )
+    report.policy_findings = policy.scan(submission.files, rubric.forbidden)
+    if report.policy_findings:
+        names = sorted({f["name"] for f in report.policy_findings})
+        _flag(report, f"policy scan: {', '.join(names)}")
+    if submission.ignored:
+        report.notes.append(f"ignored files in the submission (only the student files are graded): {', '.join(submission.ignored[:10])}")
     gpus = report.environment["gpus"]
     runnable = [c for c in criteria if HARDWARE[c.needs] <= gpus]
     with contextlib.ExitStack() as stack:
@@ -195,6 +215,7 @@ def grade(
                 report.child_seconds = harness.start()
                 report.notes.extend(harness.notes)
                 report.environment["children_uid"] = harness.user[0] if harness.user else os.geteuid()
+                report.environment["defences"] = harness.defences
             except (HarnessError, OSError) as error:
                 broken = f"grader error: could not start isolated children: {error}"
         for criterion in criteria:
@@ -212,6 +233,7 @@ def grade(
                     outcome = harness.run(criterion, report.seed, limit)
                     status, message = judge(criterion, report.seed, outcome, submission, limit, rubric.settings.output_limit_mb)
                     output = outcome.output
+                    _note_outcome(report, criterion, outcome)
                 except (HarnessError, OSError) as error:
                     status, message = "error", f"grader error running {criterion.id}: {error}"
             result = Result(
@@ -222,8 +244,27 @@ def grade(
             report.results.append(result)
             if on_result is not None:
                 on_result(report, result)
+    if report.count("error"):
+        _flag(report, "grader error")
     report.complete = True
     return report
+
+
+def _note_outcome(report: Report, criterion: Criterion, outcome: Outcome) -> None:
+    """What a child did that the score does not show, for the report and for review."""
+    if outcome.orphans:
+        report.notes.append(
+            f"{criterion.id}: your code left {outcome.orphans} process(es) running after the criterion "
+            "ended (setsid or a double fork?); the grader killed them"
+        )
+        _flag(report, "processes left running")
+    if outcome.envelope.get("tampered"):
+        _flag(report, f"{criterion.id} replaced grader or torch code")
+
+
+def _flag(report: Report, reason: str) -> None:
+    if reason not in report.review:
+        report.review.append(reason)
 
 
 def as_json(report: Report) -> dict:
@@ -239,5 +280,8 @@ def as_json(report: Report) -> dict:
         "complete": report.complete,
         "seed": report.seed,
         "notes": report.notes,
+        "needs_review": report.needs_review,
+        "review_reasons": report.review,
+        "policy_findings": report.policy_findings,
         "criteria": [asdict(result) for result in report.results],
     }

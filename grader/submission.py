@@ -40,6 +40,7 @@ class Submission:
     files: dict[str, bytes] = field(default_factory=dict)
     problem: str | None = None
     notes: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
 
     def missing(self) -> list[str]:
         return [name for name in STUDENT_FILES if name not in self.files]
@@ -73,7 +74,19 @@ def _from_folder(folder: Path) -> Submission:
                     return submission
                 submission.notes.append(f"{name} from {candidate.relative_to(folder)}")
                 break
+    submission.ignored = _other_files(folder)
     return submission
+
+
+def _other_files(folder: Path, limit: int = 200) -> list[str]:
+    """Files of the submission folder that are not student files (never used; reported)."""
+    found = []
+    for root, folders, files in os.walk(folder):
+        folders[:] = sorted(f for f in folders if f not in ("__pycache__", ".git"))
+        for name in sorted(files):
+            if name not in STUDENT_FILES and len(found) < limit:
+                found.append(str((Path(root) / name).relative_to(folder)))
+    return found
 
 
 def _zip_member(archive: zipfile.ZipFile, name: str) -> zipfile.ZipInfo | None:
@@ -112,6 +125,9 @@ def _from_zip(path: Path) -> Submission:
             raise ValueError(f"the zip is {path.stat().st_size} bytes; the limit is {MAX_ZIP_BYTES}")
         with zipfile.ZipFile(path) as archive:
             _check_entries(archive)
+            submission.ignored = [
+                i.filename for i in archive.infolist() if not i.is_dir() and PurePosixPath(i.filename).name not in STUDENT_FILES
+            ][:200]
             for name in STUDENT_FILES:
                 info = _zip_member(archive, name)
                 if info is None:
