@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from grader import policy
-from grader.checks import Fail
+from grader.checks import Fail, observed
 from grader.harness import Harness, HarnessError, Outcome, format_bytes
 from grader.rubric import HARDWARE, Criterion, Rubric
 from grader.submission import Submission
@@ -148,7 +148,7 @@ def judge(criterion: Criterion, seed: int, outcome: Outcome, submission: Submiss
     if outcome.kind == "observation":
         judge_function = getattr(importlib.import_module(criterion.module), "judge_" + criterion.name)
         try:
-            judge_function(seed, dict(criterion.params), envelope["observation"])
+            judge_function(seed, dict(criterion.params), observed(envelope["observation"]))
         except Fail as failure:
             return "failed", str(failure)
         except Exception:  # noqa: BLE001 - a broken judge is the grader's fault: say so loudly

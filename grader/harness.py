@@ -99,8 +99,8 @@ UID_SLOT = "GRADER_UID_SLOT"
 
 def _uid_slot() -> int:
     value = os.environ.get(UID_SLOT, "0")
-    if not value.isdigit() or int(value) > 1000:
-        raise HarnessError(f"{UID_SLOT} must be a whole number 0..1000, got {value!r}")
+    if not value.isdigit() or int(value) > 65535:
+        raise HarnessError(f"{UID_SLOT} must be a whole number 0..65535, got {value!r}")
     return int(value)
 
 
@@ -131,7 +131,7 @@ def _python_folders() -> list[Path]:
 
 
 def exposure_plan() -> tuple | None:
-    """How to let an unprivileged user reach Python's files (see child.expose_python).
+    """How to let an unprivileged user reach Python's files (see child.isolate_files).
 
     ``()`` when every folder is already open to others; ``((closed, (needed, ...)), ...)``
     when a folder above them is closed (``/root``, 0700); None when that cannot be fixed by

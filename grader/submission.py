@@ -78,13 +78,22 @@ def _from_folder(folder: Path) -> Submission:
     return submission
 
 
+# Kinds of file that could change how Python or pytest runs if they were ever used (they never
+# are: only the student files are copied); the report names them so a TA sees the attempt.
+CODE_SUFFIXES = (".py", ".pth", ".ini", ".cfg", ".toml", ".so")
+PROVIDED_NAMES = frozenset(p.name for p in (Path(__file__).resolve().parents[1] / "minitorch").glob("*.py"))
+
+
 def _other_files(folder: Path, limit: int = 200) -> list[str]:
-    """Files of the submission folder that are not student files (never used; reported)."""
+    """Code and configuration files of the submission folder other than the student files
+    and copies of the provided modules (never used; reported)."""
     found = []
     for root, folders, files in os.walk(folder):
         folders[:] = sorted(f for f in folders if f not in ("__pycache__", ".git"))
         for name in sorted(files):
-            if name not in STUDENT_FILES and len(found) < limit:
+            if name in STUDENT_FILES or name in PROVIDED_NAMES or not name.endswith(CODE_SUFFIXES):
+                continue
+            if len(found) < limit:
                 found.append(str((Path(root) / name).relative_to(folder)))
     return found
 
@@ -126,7 +135,9 @@ def _from_zip(path: Path) -> Submission:
         with zipfile.ZipFile(path) as archive:
             _check_entries(archive)
             submission.ignored = [
-                i.filename for i in archive.infolist() if not i.is_dir() and PurePosixPath(i.filename).name not in STUDENT_FILES
+                i.filename for i in archive.infolist()
+                if not i.is_dir() and i.filename.endswith(CODE_SUFFIXES)
+                and PurePosixPath(i.filename).name not in PROVIDED_NAMES.union(STUDENT_FILES)
             ][:200]
             for name in STUDENT_FILES:
                 info = _zip_member(archive, name)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from grader.checks import Fail
+from grader.checks import Fail, expect_tensor
 
 WORLD_SIZES = (2, 4)
 S, B, H, HEADS, FFN, VOCAB = 8, 2, 16, 4, 32, 48   # all divisible by 4
@@ -199,6 +199,7 @@ def _close(actual, expected) -> bool:
 def _expect(what: str, actual, expected, reference: str = "the dense single-process result") -> None:
     if actual is None:
         raise Fail(f"{what}: no value (None); expected a tensor of shape {tuple(expected.shape)}")
+    expect_tensor(actual, what)
     d = _diff(actual, expected)
     if d is None:
         raise Fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}")
