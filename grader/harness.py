@@ -377,13 +377,19 @@ class Harness:
 
 def hiding_plan(scratch: Path | None = None) -> tuple:
     """``((repository, (kept, ...)),)``: the grader's repository (its source, the answer key,
-    the tests) covered in the children's view, keeping the folders Python needs that live
-    inside it (a virtualenv there); ``()`` when the scratch folder is inside it."""
+    the tests) covered in the children's view, keeping only the folders of the Python
+    environment that live inside it (``make test``'s ``.venv``); ``()`` when the scratch
+    folder is inside it."""
     repo = os.path.realpath(REPO)
     if scratch is not None and os.path.realpath(scratch).startswith(repo + os.sep):
         return ()
-    keep = tuple(str(p) for p in _python_folders() if str(p).startswith(repo + os.sep))
-    return ((repo, keep),)
+    environments = {os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix)}
+
+    def kept(folder: str) -> bool:
+        inside = folder.startswith(repo + os.sep)
+        return inside and any(folder == e or folder.startswith(e + os.sep) for e in environments)
+
+    return ((repo, tuple(str(p) for p in _python_folders() if kept(str(p)))),)
 
 
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
