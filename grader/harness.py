@@ -438,13 +438,22 @@ def _sweep_orphans(before: set[int], deadline_s: float = 5.0) -> int:
             break
         for pid in orphans:
             try:
+                alive = not _is_zombie(pid)  # an orphan that already exited is only reaped
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
+                killed += alive
             except ProcessLookupError:
                 pass
         for pid in orphans:
             _reap(pid, deadline)
     return killed
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            return stat_file.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _multiprocessing_servers() -> set[int]:
