@@ -11,7 +11,7 @@ the batch. Reports and logs go to ``<csv stem>-reports/`` beside the CSV.
 The default CSV has one row per student: ``student``, one column per problem (``2.1``,
 ``2.2``, ...), ``total``, ``max_score``, ``status`` (graded / timeout / error), ``flags``
 (``;``-separated: ``missing:FILE``, ``criterion_errors=N``, ``blocked_points=X``,
-``duplicate_name``, ``needs_review``) and ``report``. A score cell is empty when no
+``policy_findings=N`` (the static scan of grader/policy.py), ``duplicate_name``, ``needs_review``) and ``report``. A score cell is empty when no
 trustworthy score exists (the row then says needs_review); a timed-out student keeps the
 points of the criteria finished before the timeout. ``--canvas`` writes Canvas's gradebook
 import layout instead (see :func:`canvas_rows`). Every cell starting with ``= + - @`` (or a tab
@@ -23,6 +23,7 @@ import argparse
 import csv
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from pathlib import Path
 from grader.submission import STUDENT_FILES
 
 REPO = Path(__file__).resolve().parents[1]
+UID_SLOT = "GRADER_UID_SLOT"  # read by grader.harness: children of slot k run as the user's uid - k
 MAX_REPORT_BYTES = 10_000_000
 CANVAS_IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 
@@ -115,13 +117,19 @@ def _apply_report(outcome: Outcome, report: dict) -> None:
     errors = sum(1 for c in report["criteria"] if c.get("status") == "error")
     if errors:
         outcome.flags += [f"criterion_errors={errors}", "needs_review"]
+    findings = report.get("policy_findings")
+    if isinstance(findings, list) and findings:
+        outcome.flags.append(f"policy_findings={len(findings)}")
+    if report.get("needs_review") is True and "needs_review" not in outcome.flags:
+        outcome.flags.append("needs_review")
     blocked = report.get("blocked_points")
     if isinstance(blocked, (int, float)) and blocked:
         outcome.flags.append(f"blocked_points={blocked:g}")
 
 
 def grade_student(
-    name: str, path: Path, reports: Path, timeout: float, grader_command: list[str], flags: list[str]
+    name: str, path: Path, reports: Path, timeout: float, grader_command: list[str], flags: list[str],
+    slot: int = 0,
 ) -> Outcome:
     """Grade one student in a child process group; never raises for anything the student did."""
     stem = _safe_file_name(name)
@@ -132,6 +140,7 @@ def grade_student(
         process = subprocess.Popen(
             [*grader_command, str(path), "--json", str(outcome.report_path)],
             cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, UID_SLOT: str(slot)},
         )
         try:
             returncode = process.wait(timeout=timeout)
@@ -229,10 +238,17 @@ def run_batch(
     reports = csv_path.parent / f"{csv_path.stem}-reports"
     reports.mkdir(parents=True, exist_ok=True)
     done, lock = 0, threading.Lock()
+    slots = queue.SimpleQueue()  # concurrent students' children run as distinct uids (see harness)
+    for slot in range(max(1, jobs)):
+        slots.put(slot)
 
     def grade(student: tuple[str, Path, list[str]]) -> Outcome:
         nonlocal done
-        outcome = grade_student(*student[:2], reports, timeout, grader_command, student[2])
+        slot = slots.get()
+        try:
+            outcome = grade_student(*student[:2], reports, timeout, grader_command, student[2], slot)
+        finally:
+            slots.put(slot)
         if roster_index is not None and outcome.student not in roster_index:
             outcome.flags += ["not_in_roster", "needs_review"]
             outcome.flags = list(dict.fromkeys(outcome.flags))

@@ -19,7 +19,9 @@ is the only one that judges and writes results.
 """
 from __future__ import annotations
 
+import builtins
 import ctypes
+import fcntl
 import importlib
 import importlib.util
 import io
@@ -27,6 +29,8 @@ import os
 import random
 import resource
 import signal
+import socket
+import struct
 import sys
 import tempfile
 import traceback
@@ -39,7 +43,13 @@ from grader.checks import Fail
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+# What a child must not change in the grader's own code (checked after observe: a child that
+# monkeypatches them has its observation voided, whatever the judge would say).
+WATCHED_TORCH = ("allclose", "isclose", "equal", "testing.assert_close", "Tensor.__eq__", "Tensor.allclose",
+                 "Tensor.equal", "Tensor.detach", "Tensor.clone", "save")
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,8 @@ class Job:
     uid: int | None = None
     gid: int | None = None
     expose: tuple = ()
+    hide: tuple = ()
+    private_network: bool = False
     environment: dict = field(default_factory=dict)
 
 
@@ -176,26 +188,54 @@ def _check(result: int, what: str) -> None:
         raise OSError(error, f"{what}: {os.strerror(error)}")
 
 
-def expose_python(plan: tuple) -> None:
-    """Let the unprivileged user reach Python's own files when a folder above them is
-    closed to it (``/root`` is 0700 but Python lives in ``/root/.pyenv``).
+def _cover(folder: str, keep: tuple[str, ...]) -> None:
+    """Cover ``folder`` with an empty tmpfs and bind back the folders of ``keep`` (below it)."""
+    libc = _libc()
+    handles = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in keep]
+    _check(libc.mount(b"tmpfs", folder.encode(), b"tmpfs", 0, b"mode=0755,size=1m"), f"tmpfs on {folder}")
+    for path, handle in handles:
+        os.makedirs(path, exist_ok=True)
+        _check(libc.mount(f"/proc/self/fd/{handle}".encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
+        os.close(handle)
 
-    In a private mount namespace of this child only, each closed folder is covered by an
-    empty tmpfs and the sub-folders Python needs are bound back in: the child sees those
-    and nothing else of the closed folder. ``plan`` is ``((closed, (needed, ...)), ...)``.
+
+def isolate_files(expose: tuple, hide: tuple) -> None:
+    """This child's own view of the file system (a private mount namespace; needs root).
+
+    ``expose``: let the unprivileged user reach Python's own files when a folder above them
+    is closed to it (``/root`` is 0700 but Python lives in ``/root/.pyenv``): each closed
+    folder is covered by an empty tmpfs and the sub-folders Python needs are bound back in.
+    ``hide``: the grader's repository (its source, the answer key, the tests) is covered the
+    same way, binding back only folders Python needs that live inside it (a virtualenv).
+    Both are ``((folder, (kept, ...)), ...)``.
     """
-    if not plan:
+    if not expose and not hide:
         return
     libc = _libc()
     _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-    for closed, needed in plan:
-        handles = [os.open(folder, os.O_PATH | os.O_DIRECTORY) for folder in needed]
-        _check(libc.mount(b"tmpfs", closed.encode(), b"tmpfs", 0, b"mode=0755,size=1m"), f"tmpfs on {closed}")
-        for folder, handle in zip(needed, handles):
-            os.mkdir(folder)
-            _check(libc.mount(f"/proc/self/fd/{handle}".encode(), folder.encode(), None, MS_BIND | MS_REC, None), f"bind {folder}")
-            os.close(handle)
+    for closed, needed in expose:
+        _cover(closed, needed)
+    for folder, keep in hide:
+        if os.path.isdir(folder):  # not already hidden under a covered closed folder
+            _cover(folder, keep)
+
+
+def private_network() -> None:
+    """A network namespace of this child's own (needs root): a loopback only, brought up
+    because gloo's ranks talk over it; nothing outside the child can be reached."""
+    _check(_libc().unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as handle:
+        request = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH14s", fcntl.ioctl(handle, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(handle, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
+
+
+def _isolate(job: "Job") -> None:
+    """Mounts and network, as root, before dropping privileges."""
+    isolate_files(job.expose, job.hide)
+    if job.private_network:
+        private_network()
 
 
 def probe(job: "Job") -> None:
@@ -206,7 +246,7 @@ def probe(job: "Job") -> None:
         os.setsid()
         _close_forkserver_fds()
         _redirect_output(job.output_path)
-        expose_python(job.expose)
+        _isolate(job)
         _drop_privileges(job)
         for entry in sys.path:
             if entry and os.path.isdir(entry):
@@ -291,16 +331,20 @@ def main(job: Job) -> None:
         observe = getattr(importlib.import_module(job.module), "observe_" + job.name)
         _isolate_imports(job.tree)
         _limit_resources(job)
-        expose_python(job.expose)
+        _isolate(job)
         _drop_privileges(job)
         _enter_workdir(job)
         torch.manual_seed(job.seed)
         random.seed(job.seed)
+        before = _snapshot()
     except BaseException as error:
         envelope = {"kind": "grader-error", "message": "".join(traceback.format_exception(error))}
         _write_result(job, result_fd, envelope)
         os._exit(0)
     envelope = _observe(observe, job)
+    changed = _changed(before)
+    if changed:
+        envelope["tampered"] = changed[:20]
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -308,6 +352,34 @@ def main(job: Job) -> None:
             pass
     _write_result(job, result_fd, envelope)
     os._exit(0)
+
+
+def _lookup(root, path: str):
+    for name in path.split("."):
+        root = getattr(root, name, None)
+    return root
+
+
+def _snapshot() -> dict[str, int]:
+    """Identities of what the grader relies on in the child: the grader's modules and their
+    attributes, torch's comparison functions, and the builtins."""
+    seen = {}
+    for name, module in list(sys.modules.items()):
+        if name == "grader" or name.startswith("grader."):
+            seen[f"sys.modules[{name!r}]"] = id(module)
+            for attribute, value in list(vars(module).items()):
+                seen[f"{name}.{attribute}"] = id(value)
+    for path in WATCHED_TORCH:
+        seen[f"torch.{path}"] = id(_lookup(torch, path))
+    for attribute, value in list(vars(builtins).items()):
+        seen[f"builtins.{attribute}"] = id(value)
+    return seen
+
+
+def _changed(before: dict[str, int]) -> list[str]:
+    """What the student's code replaced since :func:`_snapshot` (ids of live objects)."""
+    now = _snapshot()
+    return sorted(name for name, identity in before.items() if now.get(name) != identity)
 
 
 def _observe(observe, job: Job) -> dict:

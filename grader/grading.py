@@ -19,7 +19,8 @@ from typing import Callable
 
 import torch
 
-from grader.checks import Fail
+from grader import policy
+from grader.checks import Fail, observed
 from grader.harness import Harness, HarnessError, Outcome, format_bytes
 from grader.rubric import HARDWARE, Criterion, Rubric
 from grader.submission import Submission
@@ -54,6 +55,13 @@ class Report:
     complete: bool = False
     child_seconds: float | None = None
     notes: list[str] = field(default_factory=list)
+    policy_findings: list[dict] = field(default_factory=list)
+    review: list[str] = field(default_factory=list)
+
+    @property
+    def needs_review(self) -> bool:
+        """A person should look at this submission (the score stands until they do)."""
+        return bool(self.review)
 
     @property
     def score(self) -> float:
@@ -133,7 +141,7 @@ def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[str
     """``(status, message, details)`` from the criterion's parent-side ``judge_*`` function."""
     judge_function = getattr(importlib.import_module(criterion.module), "judge_" + criterion.name)
     try:
-        details = judge_function(seed, dict(criterion.params), observation)
+        details = judge_function(seed, dict(criterion.params), observed(observation))
     except Fail as failure:
         return "failed", str(failure), failure.details
     except Exception:  # noqa: BLE001 - a broken judge is the grader's fault: say so loudly
@@ -142,8 +150,15 @@ def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[str
 
 
 def judge(criterion: Criterion, seed: int, outcome: Outcome, submission: Submission, timeout: float, output_limit_mb: float) -> tuple[str, str]:
-    """``(status, message)`` for what a child produced other than an observation."""
+    """``(status, message)`` for what a child produced, unless it is an observation to judge
+    (see :func:`judge_observation`): a failure, a timeout, an early exit, tampering."""
     envelope = outcome.envelope
+    if envelope.get("tampered"):
+        changed = ", ".join(envelope["tampered"][:5])
+        return "failed", (
+            f"your code replaced part of the grader or of torch's comparison functions while it ran ({changed}); "
+            "what this criterion observed cannot be trusted, so it scores 0 and the course staff will review it"
+        )
     if outcome.kind == "fail":
         return "failed", envelope["message"]
     if outcome.kind == "exception":
@@ -188,6 +203,12 @@ def grade(
         submission=submission.path, files=submission.sha256(), environment=environment(),
         seed=secrets.randbelow(2**31 - 1) if seed is None else seed, planned=len(criteria),
     )
+    report.policy_findings = policy.scan(submission.files, rubric.forbidden)
+    if report.policy_findings:
+        names = sorted({f["name"] for f in report.policy_findings})
+        _flag(report, f"policy scan: {', '.join(names)}")
+    if submission.ignored:
+        report.notes.append(f"ignored files in the submission (only the student files are graded): {', '.join(submission.ignored[:10])}")
     gpus = report.environment["gpus"]
     runnable = [c for c in criteria if HARDWARE[c.needs] <= gpus]
     with contextlib.ExitStack() as stack:
@@ -199,6 +220,7 @@ def grade(
                 report.child_seconds = harness.start()
                 report.notes.extend(harness.notes)
                 report.environment["children_uid"] = harness.user[0] if harness.user else os.geteuid()
+                report.environment["defences"] = harness.defences
             except (HarnessError, OSError) as error:
                 broken = f"grader error: could not start isolated children: {error}"
         for criterion in criteria:
@@ -217,11 +239,12 @@ def grade(
             else:
                 try:
                     outcome = harness.run(criterion, report.seed, limit)
-                    if outcome.kind == "observation":
+                    if outcome.kind == "observation" and not outcome.envelope.get("tampered"):
                         status, message, details = judge_observation(criterion, report.seed, outcome.envelope["observation"])
                     else:
                         status, message = judge(criterion, report.seed, outcome, submission, limit, rubric.settings.output_limit_mb)
                     output = outcome.output
+                    _note_outcome(report, criterion, outcome)
                 except (HarnessError, OSError) as error:
                     status, message = "error", f"grader error running {criterion.id}: {error}"
             result = Result(
@@ -233,8 +256,27 @@ def grade(
             report.results.append(result)
             if on_result is not None:
                 on_result(report, result)
+    if report.count("error"):
+        _flag(report, "grader error")
     report.complete = True
     return report
+
+
+def _note_outcome(report: Report, criterion: Criterion, outcome: Outcome) -> None:
+    """What a child did that the score does not show, for the report and for review."""
+    if outcome.orphans:
+        report.notes.append(
+            f"{criterion.id}: your code left {outcome.orphans} process(es) running after the criterion "
+            "ended (setsid or a double fork?); the grader killed them"
+        )
+        _flag(report, "processes left running")
+    if outcome.envelope.get("tampered"):
+        _flag(report, f"{criterion.id} replaced grader or torch code")
+
+
+def _flag(report: Report, reason: str) -> None:
+    if reason not in report.review:
+        report.review.append(reason)
 
 
 def as_json(report: Report) -> dict:
@@ -250,5 +292,8 @@ def as_json(report: Report) -> dict:
         "complete": report.complete,
         "seed": report.seed,
         "notes": report.notes,
+        "needs_review": report.needs_review,
+        "review_reasons": report.review,
+        "policy_findings": report.policy_findings,
         "criteria": [asdict(result) for result in report.results],
     }

@@ -8,6 +8,7 @@ process group when the time is up, and turns what came back into an :class:`Outc
 """
 from __future__ import annotations
 
+import ctypes
 import io
 import multiprocessing
 import os
@@ -55,6 +56,7 @@ class Outcome:
     exitcode: int | None
     output: str
     output_bytes: int
+    orphans: int = 0
 
 
 def format_bytes(count: int) -> str:
@@ -78,7 +80,28 @@ def _unprivileged_user(settings: Settings) -> tuple[int, int] | None:
         ) from None
     if entry.pw_uid == 0:
         raise HarnessError(f"[grader] user {settings.user!r} is root; children must run unprivileged")
-    return entry.pw_uid, entry.pw_gid
+    slot = _uid_slot()
+    if slot == 0:
+        return entry.pw_uid, entry.pw_gid
+    uid = entry.pw_uid - slot  # batch --jobs: each concurrent student's children get a uid of their own
+    try:
+        owner = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return uid, entry.pw_gid
+    raise HarnessError(
+        f"{UID_SLOT}={slot} asks children to run as uid {uid} ({settings.user!r}'s uid - {slot}), but that uid "
+        f"belongs to {owner!r}; run fewer jobs or give [grader] user a uid with free uids below it"
+    )
+
+
+UID_SLOT = "GRADER_UID_SLOT"
+
+
+def _uid_slot() -> int:
+    value = os.environ.get(UID_SLOT, "0")
+    if not value.isdigit() or int(value) > 65535:
+        raise HarnessError(f"{UID_SLOT} must be a whole number 0..65535, got {value!r}")
+    return int(value)
 
 
 def _tasks_of(uid: int) -> int:
@@ -108,7 +131,7 @@ def _python_folders() -> list[Path]:
 
 
 def exposure_plan() -> tuple | None:
-    """How to let an unprivileged user reach Python's files (see child.expose_python).
+    """How to let an unprivileged user reach Python's files (see child.isolate_files).
 
     ``()`` when every folder is already open to others; ``((closed, (needed, ...)), ...)``
     when a folder above them is closed (``/root``, 0700); None when that cannot be fixed by
@@ -189,7 +212,11 @@ class Harness:
         self.base: Path | None = None
         self.count = 0
         self.expose: tuple = ()
+        self.hide: tuple = ()
+        self.private_network = False
         self.notes: list[str] = []
+        self.defences: dict[str, str] = {}
+        self.swept = 0
 
     def __enter__(self) -> "Harness":
         self.base = Path(tempfile.mkdtemp(prefix="grader-", dir=_scratch_root(self.user is not None)))
@@ -199,9 +226,12 @@ class Harness:
         self.results.mkdir(mode=0o700)
         self._build_tree()
         self.process_base = _tasks_of(self.user[0] if self.user else os.getuid())
+        self.was_subreaper = _set_subreaper(True)
         return self
 
     def __exit__(self, *exc_info) -> None:
+        if self.was_subreaper is not None:
+            _set_subreaper(self.was_subreaper)
         if self.base is not None:
             shutil.rmtree(self.base, ignore_errors=True)
 
@@ -225,10 +255,12 @@ class Harness:
         return tuple(str(self.tree / "minitorch" / name) for name in STUDENT_FILES)
 
     def _run_helper(self, target, *args) -> int | None:
+        before = _own_children()
         process = self.context.Process(target=target, args=args, name=PROCESS_PREFIX + "helper")
         process.start()
         process.join(STARTUP_TIMEOUT)
         _kill_group(process.pid, still_running=process.exitcode is None)
+        self.swept += _sweep_orphans(before)
         return process.exitcode
 
     def start(self) -> float:
@@ -239,23 +271,43 @@ class Harness:
             raise HarnessError(f"the grader's forkserver did not start (exit status {code})")
         if self.user is not None:
             self._settle_user()
+        self._describe_defences()
         started = time.perf_counter()
         self._run_helper(child.ping)
         return time.perf_counter() - started
 
+    def _probe(self, **isolation) -> str | None:
+        """Why a child isolated like this cannot run (None: it can)."""
+        job = self._job(None, 0, {}, output="probe", **isolation)
+        if self._run_helper(child.probe, job) != 0:
+            return _tail(Path(job.output_path))[0].strip() or "the probe child failed"
+        return None
+
     def _settle_user(self) -> None:
-        """Keep the unprivileged user only if, as that user, a child can still read Python."""
+        """Keep the unprivileged user only if, as that user, a child can still read Python;
+        then hide the grader's files and cut the network where this machine allows it."""
         plan = exposure_plan()
-        reason = "a folder holding Python's files is closed to it" if plan is None else None
-        if plan is not None:
-            job = self._job(None, 0, {}, expose=plan, output="probe")
-            if self._run_helper(child.probe, job) != 0:
-                reason = _tail(Path(job.output_path))[0].strip() or "the probe child failed"
-        if reason is None:
-            self.expose = plan
+        reason = "a folder holding Python's files is closed to it" if plan is None else self._probe(expose=plan)
+        if reason is not None:
+            self.notes.append(f"children ran as root, not as {self.settings.user!r}: {reason}")
+            self.user = None
             return
-        self.notes.append(f"children ran as root, not as {self.settings.user!r}: {reason}")
-        self.user = None
+        self.expose = plan
+        hide = hiding_plan(self.base)
+        if hide and self._probe(expose=plan, hide=hide) is None:
+            self.hide = hide
+        if self._probe(expose=plan, hide=self.hide, private_network=True) is None:
+            self.private_network = True
+
+    def _describe_defences(self) -> None:
+        """What protects the grader on this run (the report's environment says it)."""
+        user = f"{self.settings.user} (uid {self.user[0]})" if self.user else "the grader's own user (not root)" if os.geteuid() else "root"
+        self.defences = {
+            "children_user": user,
+            "grader_files": "hidden from children" if self.hide else "readable by children (needs root and mount namespaces)",
+            "network": "none (a private loopback only)" if self.private_network else "open (needs root and network namespaces)",
+            "orphans": "killed after each criterion (the grader is their subreaper)" if self.was_subreaper is not None else "not collected",
+        }
 
     def _private_folder(self) -> Path:
         """A fresh TMPDIR/HOME/working folder that only the child's user can use."""
@@ -265,7 +317,8 @@ class Harness:
             os.chown(folder, *self.user)
         return folder
 
-    def _job(self, criterion: Criterion | None, seed: int, params: dict, expose: tuple, output: str = "") -> child.Job:
+    def _job(self, criterion: Criterion | None, seed: int, params: dict, output: str = "",
+             expose: tuple = (), hide: tuple = (), private_network: bool = False) -> child.Job:
         self.count += 1
         return child.Job(
             criterion=criterion.id if criterion else "", module=criterion.module if criterion else "",
@@ -276,12 +329,17 @@ class Harness:
             file_bytes=int(self.settings.output_limit_mb * 1024 * 1024),
             max_processes=self.settings.max_processes, process_base=self.process_base,
             uid=self.user[0] if self.user else None, gid=self.user[1] if self.user else None, expose=expose,
+            hide=hide, private_network=private_network,
         )
 
     def run(self, criterion: Criterion, seed: int, timeout: float) -> Outcome:
         """Run ``criterion``'s observe function in a child; never raises for the child's sake."""
-        job = self._job(criterion, seed, dict(criterion.params), self.expose)
+        job = self._job(criterion, seed, dict(criterion.params), expose=self.expose, hide=self.hide,
+                        private_network=self.private_network)
         output_path, result_path = Path(job.output_path), Path(job.result_path)
+        for path in (output_path, result_path):  # never read what an earlier child left there
+            path.unlink(missing_ok=True)
+        before = _own_children()
         started = time.perf_counter()
         process = self.context.Process(target=child.main, args=(job,), name=PROCESS_PREFIX + criterion.id)
         process.start()
@@ -289,11 +347,20 @@ class Harness:
             process.join(timeout)
         except BaseException:  # Ctrl-C: leave nothing running behind
             _kill_group(process.pid, still_running=True)
+            _sweep_orphans(before)
             raise
         timed_out = process.exitcode is None
         _kill_group(process.pid, still_running=timed_out)  # also whatever it left in its group
         process.join(10)
+        orphans = _sweep_orphans(before)  # what escaped the group (setsid, double fork)
+        self.swept += orphans
         seconds = time.perf_counter() - started
+        outcome = self._outcome(process, job, timed_out, seconds)
+        outcome.orphans = orphans
+        return outcome
+
+    def _outcome(self, process, job: child.Job, timed_out: bool, seconds: float) -> Outcome:
+        output_path, result_path = Path(job.output_path), Path(job.result_path)
         output, output_bytes = _tail(output_path)
         if timed_out:
             return Outcome("timeout", {}, seconds, None, output, output_bytes)
@@ -306,6 +373,106 @@ class Harness:
         if not isinstance(envelope, dict) or envelope.get("kind") not in ("observation", "fail", "exception", "garbage", "grader-error"):
             return Outcome("garbage", {"message": "the child's report is not in the grader's format"}, seconds, exitcode, output, output_bytes)
         return Outcome(envelope["kind"], envelope, seconds, exitcode, output, output_bytes)
+
+
+def hiding_plan(scratch: Path | None = None) -> tuple:
+    """``((repository, (kept, ...)),)``: the grader's repository (its source, the answer key,
+    the tests) covered in the children's view, keeping only the folders of the Python
+    environment that live inside it (``make test``'s ``.venv``); ``()`` when the scratch
+    folder is inside it."""
+    repo = os.path.realpath(REPO)
+    if scratch is not None and os.path.realpath(scratch).startswith(repo + os.sep):
+        return ()
+    environments = {os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix)}
+
+    def kept(folder: str) -> bool:
+        inside = folder.startswith(repo + os.sep)
+        return inside and any(folder == e or folder.startswith(e + os.sep) for e in environments)
+
+    return ((repo, tuple(str(p) for p in _python_folders() if kept(str(p)))),)
+
+
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+
+
+def _set_subreaper(on: bool) -> bool | None:
+    """Make this process the subreaper of its descendants: an orphan (a grandchild that
+    called setsid, a double fork) is re-parented here instead of to init, so the grader can
+    find and kill it. Returns the previous setting, or None where Linux does not allow it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        previous = ctypes.c_int(0)
+        if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(previous), 0, 0, 0) != 0:
+            return None
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+            return None
+        return bool(previous.value)
+    except (OSError, AttributeError):
+        return None
+
+
+def _own_children() -> set[int]:
+    """Pids whose parent is this process (from /proc)."""
+    me, found = os.getpid(), set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
+                fields = stat_file.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == me:
+            found.add(int(entry.name))
+    return found
+
+
+def _sweep_orphans(before: set[int], deadline_s: float = 5.0) -> int:
+    """SIGKILL and reap every child of this process that was not one before the criterion
+    (orphans of the criterion's child, re-parented here); their own children are re-parented
+    in turn, so repeat until none is left. Returns how many were killed."""
+    killed, deadline = 0, time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        orphans = _own_children() - before - _multiprocessing_servers()
+        if not orphans:
+            break
+        for pid in orphans:
+            try:
+                alive = not _is_zombie(pid)  # an orphan that already exited is only reaped
+                os.kill(pid, signal.SIGKILL)
+                killed += alive
+            except ProcessLookupError:
+                pass
+        for pid in orphans:
+            _reap(pid, deadline)
+    return killed
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            return stat_file.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _multiprocessing_servers() -> set[int]:
+    """The forkserver and resource tracker this process started (children, but not orphans)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    pids = {getattr(forkserver._forkserver, "_forkserver_pid", None), getattr(resource_tracker._resource_tracker, "_pid", None)}
+    return {pid for pid in pids if pid}
+
+
+def _reap(pid: int, deadline: float) -> None:
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done or time.monotonic() > deadline:
+            return
+        time.sleep(0.005)
 
 
 def _is_provided(path: Path) -> bool:

@@ -11,6 +11,7 @@ from grader.harness import format_bytes
 from grader.rubric import Rubric
 
 OUTPUT_LINES_SHOWN = 15
+POLICY_LINES_SHOWN = 20
 
 
 def _points(value: float) -> str:
@@ -62,6 +63,13 @@ def summary(report: Report, rubric: Rubric) -> str:
         lines += ["", f"GRADER ERROR in {report.count('error')} criteria: the grader broke, not the submission. Tell the course staff."]
     for note in report.notes:
         lines.append(f"note: {note}")
+    if report.needs_review:
+        lines += ["", "NEEDS REVIEW by the course staff (this does not change the score above):"]
+        lines += [f"  - {reason}" for reason in report.review]
+        for finding in report.policy_findings[:POLICY_LINES_SHOWN]:
+            lines.append(f"    {finding['file']}:{finding['line']}: {finding['name']}: {finding['code']}")
+        if len(report.policy_findings) > POLICY_LINES_SHOWN:
+            lines.append(f"    ... and {len(report.policy_findings) - POLICY_LINES_SHOWN} more (see the JSON report)")
     if report.child_seconds is not None:
         lines += ["", f"Each criterion ran in its own isolated process (start-up {report.child_seconds * 1000:.0f} ms); seed {report.seed}."]
     return "\n".join(lines)

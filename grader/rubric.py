@@ -25,12 +25,14 @@ HARDWARE = {"cpu": 0, "cuda1": 1, "cuda2": 2}
 
 _PROBLEM = re.compile(r"^\d+\.\d+$")
 _ID = re.compile(r"^\d+\.\d+-[a-z0-9]+(-[a-z0-9]+)*$")
+_NAME = re.compile(r"^\.?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _CHECK = re.compile(r"^[a-z_][a-z0-9_]*:[a-z_][a-z0-9_]*$")
 
 CRITERION_KEYS = {"id", "problem", "title", "points", "needs", "check", "timeout", "params", "enabled"}
 REQUIRED_KEYS = ("id", "problem", "title", "points", "needs", "check")
 SETTINGS_KEYS = {"timeout", "memory_mb", "output_limit_mb", "max_processes", "user", "disabled_problems"}
-TOP_LEVEL_KEYS = {"grader", "problems", "criterion"}
+TOP_LEVEL_KEYS = {"grader", "problems", "criterion", "policy"}
+POLICY_KEYS = {"forbidden"}
 
 
 class RubricError(ValueError):
@@ -87,6 +89,7 @@ class Rubric:
     settings: Settings
     criteria: tuple[Criterion, ...]
     problem_titles: dict[str, str]
+    forbidden: tuple[str, ...] = ()
 
     def active(self) -> list[Criterion]:
         """The criteria to grade: enabled ones of problems that are not disabled."""
@@ -206,7 +209,7 @@ def parse_rubric(text: str, path: Path = DEFAULT_RUBRIC) -> Rubric:
         raise RubricError(f"{where}: not valid TOML: {error}") from None
     unknown = sorted(set(data) - TOP_LEVEL_KEYS)
     if unknown:
-        raise RubricError(f"{where}: unknown top-level key {unknown[0]!r} (known: [grader], [problems], [[criterion]])")
+        raise RubricError(f"{where}: unknown top-level key {unknown[0]!r} (known: [grader], [problems], [policy], [[criterion]])")
     settings = _settings(data.get("grader", {}), where)
     titles = data.get("problems", {})
     if not isinstance(titles, dict) or not all(_PROBLEM.match(k) and isinstance(v, str) for k, v in titles.items()):
@@ -226,7 +229,21 @@ def parse_rubric(text: str, path: Path = DEFAULT_RUBRIC) -> Rubric:
     for problem in settings.disabled_problems:
         if problem not in problems:
             raise RubricError(f"{where}: [grader] disabled_problems names {problem!r}, which no criterion belongs to")
-    return Rubric(path=path, settings=settings, criteria=tuple(criteria), problem_titles=dict(titles))
+    return Rubric(path=path, settings=settings, criteria=tuple(criteria), problem_titles=dict(titles),
+                  forbidden=_policy(data.get("policy", {}), where))
+
+
+def _policy(table: Any, where: str) -> tuple[str, ...]:
+    """``[policy] forbidden``: dotted names (``os._exit``) or ``.attribute`` names."""
+    if not isinstance(table, dict):
+        raise RubricError(f"{where}: [policy] must be a table")
+    unknown = sorted(set(table) - POLICY_KEYS)
+    if unknown:
+        raise RubricError(f"{where}: [policy] has unknown key {unknown[0]!r} (known: forbidden)")
+    forbidden = table.get("forbidden", [])
+    if not isinstance(forbidden, list) or not all(isinstance(n, str) and _NAME.match(n) for n in forbidden):
+        raise RubricError(f'{where}: [policy] forbidden must be a list of dotted names like "os._exit" or ".__wrapped__", got {forbidden!r}')
+    return tuple(forbidden)
 
 
 def load_rubric(path: str | Path = DEFAULT_RUBRIC) -> Rubric:

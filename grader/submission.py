@@ -42,6 +42,7 @@ class Submission:
     files: dict[str, bytes] = field(default_factory=dict)
     problem: str | None = None
     notes: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
 
     def missing(self) -> list[str]:
         return [name for name in STUDENT_FILES if name not in self.files]
@@ -80,7 +81,28 @@ def _from_folder(folder: Path) -> Submission:
                     return submission
                 submission.notes.append(f"{name} from {candidate.relative_to(folder)}")
                 break
+    submission.ignored = _other_files(folder)
     return submission
+
+
+# Kinds of file that could change how Python or pytest runs if they were ever used (they never
+# are: only the student files are copied); the report names them so a TA sees the attempt.
+CODE_SUFFIXES = (".py", ".pth", ".ini", ".cfg", ".toml", ".so")
+PROVIDED_NAMES = frozenset(p.name for p in (Path(__file__).resolve().parents[1] / "minitorch").glob("*.py"))
+
+
+def _other_files(folder: Path, limit: int = 200) -> list[str]:
+    """Code and configuration files of the submission folder other than the student files
+    and copies of the provided modules (never used; reported)."""
+    found = []
+    for root, folders, files in os.walk(folder):
+        folders[:] = sorted(f for f in folders if f not in ("__pycache__", ".git"))
+        for name in sorted(files):
+            if name in STUDENT_FILES or name in PROVIDED_NAMES or not name.endswith(CODE_SUFFIXES):
+                continue
+            if len(found) < limit:
+                found.append(str((Path(root) / name).relative_to(folder)))
+    return found
 
 
 def _zip_member(archive: zipfile.ZipFile, name: str) -> zipfile.ZipInfo | None:
@@ -119,6 +141,11 @@ def _from_zip(path: Path) -> Submission:
             raise ValueError(f"the zip is {path.stat().st_size} bytes; the limit is {MAX_ZIP_BYTES}")
         with zipfile.ZipFile(path) as archive:
             _check_entries(archive)
+            submission.ignored = [
+                i.filename for i in archive.infolist()
+                if not i.is_dir() and i.filename.endswith(CODE_SUFFIXES)
+                and PurePosixPath(i.filename).name not in PROVIDED_NAMES.union(STUDENT_FILES)
+            ][:200]
             for name in STUDENT_FILES:
                 info = _zip_member(archive, name)
                 if info is None:

@@ -33,8 +33,8 @@ def stub_files() -> dict[str, str]:
     return {name: strip_solutions(answer_key_source(name)) for name in STUDENT_FILES if (ANSWER_KEY / name).exists()}
 
 
-def grade_folder(folder: Path, only=None, timeout=None, rubric=None) -> Report:
-    return grade(load_submission(folder), rubric or load_rubric(), only=only, timeout=timeout)
+def grade_folder(folder: Path, only=None, timeout=None, rubric=None, on_result=None) -> Report:
+    return grade(load_submission(folder), rubric or load_rubric(), only=only, timeout=timeout, on_result=on_result)
 
 
 def leftover_processes(uid: int, wait: float = 2.0) -> list[str]:

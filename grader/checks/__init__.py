@@ -38,3 +38,95 @@ class Fail(Exception):
     def __init__(self, message: str, details: dict | None = None):
         super().__init__(message)
         self.details = details or {}
+
+
+class Malformed(Fail):
+    """The observation is not shaped as the check's observe function builds it: something in
+    the child (the student's code) changed what came back. A failure, not a grader error."""
+
+
+def _where(path: str) -> str:
+    return f"{path} (the data your code's run handed back to the grader)"
+
+
+class ObservedDict(dict):
+    """A dict of the observation: a missing key is :class:`Malformed`, naming where."""
+
+    path = "observation"
+
+    def __missing__(self, key):
+        raise Malformed(f"the grader could not read what your code produced: {_where(self.path)} has no {key!r}")
+
+    def __iter__(self):  # keys iterated where the check expects a list of entries stay checked
+        for key in dict.__iter__(self):
+            yield observed(key, f"{self.path}, key {key!r},") if type(key) is str else key
+
+
+class ObservedList(list):
+    """A list of the observation: an index out of range is :class:`Malformed`, naming where."""
+
+    path = "observation"
+
+    def __getitem__(self, index):
+        try:
+            return super().__getitem__(index)
+        except IndexError:
+            raise Malformed(
+                f"the grader could not read what your code produced: {_where(self.path)} has {len(self)} "
+                f"entries, no entry {index}"
+            ) from None
+        except TypeError:
+            raise Malformed(
+                f"the grader could not read what your code produced: {_where(self.path)} is a list where "
+                f"the grader expected a mapping (looked up {index!r})"
+            ) from None
+
+
+class ObservedStr(str):
+    """A string of the observation: used as a mapping, a list or a tensor, it is
+    :class:`Malformed` (a string where the check's observe function puts something else)."""
+
+    path = "observation"
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, slice)):
+            return str.__getitem__(self, index)
+        raise Malformed(f"the grader could not read what your code produced: {_where(self.path)} is a string "
+                        f"({str(self)[:40]!r}) where the grader expected a mapping")
+
+    def __getattr__(self, name):
+        raise Malformed(f"the grader could not read what your code produced: {_where(self.path)} is a string "
+                        f"({str(self)[:40]!r}) where the grader expected a tensor or an object with .{name}")
+
+
+def observed(value, path: str = "observation"):
+    """``value`` (an observation, plain data) with dicts and lists that fail as
+    :class:`Malformed` instead of KeyError / IndexError, so a judge given data of the wrong
+    shape fails the criterion with a reason rather than crashing as a grader error."""
+    if type(value) is dict:
+        wrapped = ObservedDict({key: observed(item, f"{path}[{key!r}]") for key, item in value.items()})
+    elif type(value) is list:
+        wrapped = ObservedList(observed(item, f"{path}[{index}]") for index, item in enumerate(value))
+    elif type(value) is str:
+        wrapped = ObservedStr(value)
+    else:
+        return value
+    wrapped.path = path
+    return wrapped
+
+
+def expect_tensor(value, what: str):
+    """``value`` if it is a tensor, else :class:`Malformed` saying what came back instead."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise Malformed(f"{what}: your code returned {_kind(value)} where a tensor was expected")
+    return value
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "None"
+    text = repr(value)
+    return f"a {type(value).__name__} ({text[:60] + '...' if len(text) > 60 else text})"
+

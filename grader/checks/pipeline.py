@@ -491,8 +491,9 @@ def judge_exceptions(seed: int, params: dict, observation) -> None:
     if tuple(out.shape) != tuple(expected.shape) or not torch.allclose(out, expected, rtol=RTOL, atol=ATOL):
         detail = _compare_rows(expected, out, split_size) if out.shape == expected.shape else f"shape {list(out.shape)}"
         raise Fail(
-            f"{where}: the next forward on a good batch is wrong ({detail}): results of the failed call were left "
-            "in the workers (receive the rest of the wave before raising)"
+            f"{where}: the next forward on a good batch is wrong ({detail}): either the forward itself is wrong "
+            "(see 2.2-forward) or results of the failed call were left in the workers (receive the rest of the "
+            "wave before raising)"
         )
     if observation["alive"]:
         raise Fail(f"threads still alive after close(): {', '.join(observation['alive'][:5])}")

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from grader.checks import Fail
+from grader.checks import Fail, expect_tensor
 
 WORLD_SIZES = (2, 4)
 S, B, H, HEADS, FFN, VOCAB = 8, 2, 16, 4, 32, 48   # all divisible by 4
@@ -199,6 +199,7 @@ def _close(actual, expected) -> bool:
 def _expect(what: str, actual, expected, reference: str = "the dense single-process result") -> None:
     if actual is None:
         raise Fail(f"{what}: no value (None); expected a tensor of shape {tuple(expected.shape)}")
+    expect_tensor(actual, what)
     d = _diff(actual, expected)
     if d is None:
         raise Fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}")
@@ -615,6 +616,16 @@ def observe_mlp(seed: int, params: dict):
 
 def judge_mlp(seed: int, params: dict, observation) -> None:
     params = {**params, "part": "mlp"}
+    dense = _DenseLayer(_master(seed))
+    for t in params.get("world_sizes", WORLD_SIZES):
+        x = _activations(seed, t)["x"]
+        with torch.no_grad():
+            gelu_last = F.gelu(dense.fc2(dense.fc1(x)))
+        for r, o in enumerate(observation[f"t{t}"]):
+            if _close(o["out"], gelu_last):
+                raise Fail(f"t={t}, rank {r}: ParallelMLP applies GeLU to the summed output of fc2; "
+                           "GeLU belongs between the layers, on each rank's own block of fc1's output "
+                           "(no communication needed there)")
     _judge_block(seed, params, observation, "ParallelMLP", "mlp.")
     for t in params.get("world_sizes", WORLD_SIZES):
         for r, o in enumerate(observation[f"t{t}"]):
