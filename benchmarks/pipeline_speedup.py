@@ -176,10 +176,10 @@ def plot(forward_rows, training_rows, path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--width", type=int, default=512)
-    parser.add_argument("--blocks", type=int, default=4, help="MLP blocks per stage")
+    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--blocks", type=int, default=2, help="MLP blocks per stage")
     parser.add_argument("--batch", type=int, default=1024)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
