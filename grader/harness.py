@@ -104,20 +104,25 @@ def _uid_slot() -> int:
     return int(value)
 
 
-def _tasks_of(uid: int) -> int:
-    """Processes plus threads that ``uid`` runs now: RLIMIT_NPROC counts them all."""
-    count = 0
+def processes_of(uid: int) -> list[dict[str, str]]:
+    """The ``/proc/<pid>/status`` fields (plus ``Pid``) of every process ``uid`` runs now."""
+    found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/status") as status:
-                fields = dict(line.split(":", 1) for line in status if ":" in line)
+                fields = {key: value.strip() for key, value in (line.split(":", 1) for line in status if ":" in line)}
         except OSError:
             continue
         if int(fields.get("Uid", "-1").split()[0]) == uid:
-            count += int(fields.get("Threads", "1").strip())
-    return count
+            found.append({**fields, "Pid": entry.name})
+    return found
+
+
+def _tasks_of(uid: int) -> int:
+    """Processes plus threads that ``uid`` runs now: RLIMIT_NPROC counts them all."""
+    return sum(int(fields.get("Threads", "1")) for fields in processes_of(uid))
 
 
 def _world_traversable(folder: Path) -> bool:

@@ -4,18 +4,17 @@ Grading in the test process shares one forkserver (torch already imported) acros
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 from grader.grading import Report, grade
 from grader.handout import strip_solutions
+from grader.harness import processes_of
 from grader.rubric import load_rubric
-from grader.submission import load_submission
+from grader.submission import STUDENT_FILES, load_submission
 
 REPO = Path(__file__).resolve().parents[1]
 ANSWER_KEY = REPO / "minitorch"
-from grader.submission import STUDENT_FILES
 
 
 def answer_key_source(name: str = "pipeline.py") -> str:
@@ -41,17 +40,7 @@ def leftover_processes(uid: int, wait: float = 2.0) -> list[str]:
     """Processes of ``uid`` still alive (after waiting up to ``wait`` s for them to go)."""
     deadline = time.monotonic() + wait
     while True:
-        found = []
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/status") as status:
-                    fields = dict(line.split(":", 1) for line in status if ":" in line)
-            except OSError:
-                continue
-            if int(fields["Uid"].split()[0]) == uid and fields.get("State", "").split()[0] != "Z":
-                found.append(f"{entry.name} {fields['Name'].strip()}")
+        found = [f"{p['Pid']} {p['Name']}" for p in processes_of(uid) if p.get("State", "").split()[:1] != ["Z"]]
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
