@@ -22,15 +22,15 @@ from torch.utils._pytree import tree_leaves
 
 from grader.checks import Fail
 
-# The one place that names the module holding the Problem 4 student code.
-STUDENT_MODULE = "minitorch.pipeline"
-
 T_F, T_B = 1.0, 2.0  # F takes 1 unit, B 2 units, as in the lecture
 MAX_ACTIONS = 100_000
 
 
 def _student():
-    return importlib.import_module(STUDENT_MODULE)
+    """The submitted ``minitorch.pipeline`` (imported here, inside observe functions, in the child)."""
+    from minitorch import pipeline
+
+    return pipeline
 
 
 @contextlib.contextmanager
