@@ -425,9 +425,3 @@ def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments:
         x = CheckpointSegment.apply(lambda h, segment=segment: run_layers(segment, h), x, *params.values())
     return x
     # END SOLUTION
-
-
-if __name__ == "__main__":
-    from minitorch.demos import pipeline_demo
-
-    pipeline_demo()

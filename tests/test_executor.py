@@ -6,9 +6,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from minitorch.executor import parse_action, run_schedule, sequential_step
+from minitorch.executor import run_schedule, sequential_step, stage_plans
 from minitorch.runtime import StageWorkers
-from minitorch.schedules import Action, generator, simulate
+from minitorch.schedules import Action, simulate
+from minitorch.timeline import generator
 
 RTOL, ATOL = 1e-4, 1e-6
 
@@ -86,35 +87,38 @@ def test_a_failing_stage_raises_its_own_error_and_does_not_hang_the_others():
     assert report.executed == gpipe_order(3, 2)
 
 
-def test_a_deadlocking_schedule_times_out_with_a_clear_message():
+def test_a_deadlocking_schedule_is_refused_before_any_stage_runs():
     # Stage 0 waits for B0's gradient; stage 1 waits for F1's activation first.
     schedule = [["F0", "B0", "F1", "B1"], ["F1", "F0", "B0", "B1"]]
+    stages = make_stages(2, 0)
     with StageWorkers(["cpu"] * 2, timeout=0.5) as workers:
-        with pytest.raises(TimeoutError, match="is the schedule valid"):
-            run_schedule(workers, make_stages(2, 0), schedule, torch.randn(4, 8), torch.randn(4, 8), F.mse_loss)
+        with pytest.raises(ValueError, match=r"deadlock.*device 0 step 1 \(B0\)"):
+            run_schedule(workers, stages, schedule, torch.randn(4, 8), torch.randn(4, 8), F.mse_loss)
+    assert all(p.grad is None for stage in stages for p in stage.parameters())
 
 
 @pytest.mark.parametrize(
     "schedule, message",
     [
-        ([["F0", "B0"], ["F0"]], "stage 1: every microbatch needs exactly one B"),
-        ([["F0", "B0", "F0"], ["F0", "B0"]], "stage 0: every microbatch needs exactly one F"),
-        ([["F0", "X0"], ["F0", "B0"]], "F<microbatch> or B<microbatch>"),
-        ([["F0", "B0"]], "2 stages, 2 workers, schedule for 1"),
-        ([["B0", "F0"], ["F0", "B0"]], "stage 0, step 0: B0 comes before F0"),
+        ([["F0", "B0"], ["F0"]], "device 1: missing B0"),
+        ([["F0", "B0", "F0"], ["F0", "B0"]], "device 0 step 2: F0 repeats step 0"),
+        ([["F0", "X0"], ["F0", "B0"]], "device 0: cannot read action 'X0'"),
+        ([["F0", "B0"]], "2 stages but the schedule has 1 device rows"),
+        ([["B0", "F0"], ["F0", "B0"]], "deadlock"),
     ],
 )
-def test_bad_schedules_are_named(schedule, message):
+def test_bad_schedules_are_named_by_the_schedules_validator(schedule, message):
     with StageWorkers(["cpu"] * 2) as workers:
         with pytest.raises(ValueError, match=message):
             run_schedule(workers, make_stages(2, 0), schedule, torch.randn(4, 8), torch.randn(4, 8), F.mse_loss)
 
 
-def test_parse_action_takes_strings_and_simulator_actions():
-    assert parse_action(Action(1, "B", 5), 1) == ("B", 5)
-    assert parse_action("F12", 0) == ("F", 12)
+def test_stage_plans_take_strings_and_simulator_actions():
+    assert stage_plans([[Action(0, "F", 0), "B0"], ["F0", Action(1, "B", 0)]], 2) == [[("F", 0), ("B", 0)], [("F", 0), ("B", 0)]]
     with pytest.raises(ValueError, match="one stage per device"):
-        parse_action(Action(5, "F", 0), 1)
+        stage_plans([["0F0", "1F0", "1B0", "0B0"], ["0F0", "1F0", "1B0", "0B0"]], 2)
+    with pytest.raises(ValueError, match="full backwards"):
+        stage_plans([["F0", "I0", "W0"]], 1)
 
 
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])

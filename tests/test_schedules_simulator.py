@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minitorch import pipeline, schedules
+from minitorch import timeline as timeline_cli
 from minitorch.schedules import Action, simulate
 
 LECTURE_GPIPE_K4_M8 = """\
@@ -153,7 +154,7 @@ def test_svg_has_one_box_per_action_and_parses():
 
 
 def test_cli_prints_timeline_and_metrics(capsys, tmp_path):
-    schedules.main(["--schedule", "1f1b", "-K", "4", "-M", "8", "--svg", str(tmp_path / "t.svg")])
+    timeline_cli.main(["--schedule", "1f1b", "-K", "4", "-M", "8", "--svg", str(tmp_path / "t.svg")])
     out = capsys.readouterr().out
     assert LECTURE_1F1B_K4_M8.replace("设备", "device") in out
     assert "27.3% of total time" in out and "[4, 3, 2, 1]" in out
