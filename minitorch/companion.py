@@ -16,14 +16,14 @@ maps a section to the function that prints it. Each section runs in well under 5
 import math
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from minitorch import cost_model, schedules
 from minitorch.schedules import simulate
-
 
 
 def _pipeline():
@@ -83,7 +83,7 @@ def communication_intensity(size: int = 8, sequences_per_gpu=(1, 8)) -> list[dic
     activation = 2 * s * h
     ring = 2 * (size - 1) / size
     parameters = L * (12 * h**2 + 13 * h) + (GPT3["vocab"] + s) * h
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"scheme": f"pipeline (p = {size})", "bytes": 2 * activation, "seconds": L / size * layer_flops / A100_PEAK},
         {"scheme": f"tensor (t = {size})", "bytes": 4 * ring * activation, "seconds": layer_flops / size / A100_PEAK},
     ]
@@ -150,7 +150,7 @@ def best_microbatches(num_stages: int, alpha: float, beta: float, batch: int) ->
 
 def fit_line(xs, ys) -> tuple[float, float]:
     """Least-squares ``y = alpha + beta x``."""
-    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     return my - beta * mx, beta
 
@@ -272,10 +272,10 @@ def measured_recomputation(num_layers: int = 64) -> dict | None:
             layer.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
         x = torch.randn(8, 16, dtype=torch.float64, requires_grad=True)
         plain_out = _pipeline().run_layers(layers, x)
-        plain = torch.autograd.grad(plain_out.sum(), [x, *[p for l in layers for p in l.parameters()]])
+        plain = torch.autograd.grad(plain_out.sum(), [x, *[p for layer in layers for p in layer.parameters()]])
         calls[0] = 0
         out = _pipeline().checkpoint_sequential(layers, x)
-        mine = torch.autograd.grad(out.sum(), [x, *[p for l in layers for p in l.parameters()]])
+        mine = torch.autograd.grad(out.sum(), [x, *[p for layer in layers for p in layer.parameters()]])
     except NotImplementedError:
         return None
     return {"identical": all(torch.equal(a, b) for a, b in zip(plain, mine)), "layer_calls": calls[0]}
@@ -322,7 +322,7 @@ def activation_memory_per_layer(t: int = 8, microbatch: int = 1) -> list[dict]:
         ("no parallelism", sbh * (34 + attention)),
         (f"tensor parallel t = {t}", sbh * (10 + 24 / t + attention / t)),
         (f"tensor + sequence parallel t = {t}", sbh / t * (34 + attention)),
-        (f"t + sequence parallel + selective recomputation", sbh / t * 34),
+        ("t + sequence parallel + selective recomputation", sbh / t * 34),
         ("full recomputation (layer input only)", 2 * sbh),
     ]
     return [{"setting": name, "bytes": value} for name, value in rows]

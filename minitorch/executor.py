@@ -16,10 +16,12 @@ loss over the whole batch.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -169,14 +171,14 @@ def run_schedule(
                     else:
                         out.backward(gradients[s].take(mb, f"the gradient of microbatch {mb} from stage {s + 1}").to(device))
                     if s > 0:
-                        gradients[s - 1].put(mb, x.grad)
+                        gradients[s - 1].put(mb, x.grad)  # type: ignore[arg-type]  # x requires grad: set by backward
                 report.executed[s].append(f"{kind}{mb}")
         except BaseException:
             abort.set()
             raise
 
     for s in range(len(stages)):
-        workers.submit(s, lambda s=s: program(s))
+        workers.submit(s, functools.partial(program, s))
     errors = []
     for s in range(len(stages)):
         try:

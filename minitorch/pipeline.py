@@ -14,7 +14,7 @@ per column; ``(i, j)`` is microbatch i on stage j::
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn

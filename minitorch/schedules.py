@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 from xml.sax.saxutils import escape
 
 KINDS = ("F", "B", "I", "W")
@@ -471,7 +472,7 @@ def render_svg(timeline: Timeline, *, unit_px: float = 24.0, row_px: float = 26.
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'font-family="monospace" font-size="11">',
-        f'<rect width="100%" height="100%" fill="white"/>',
+        '<rect width="100%" height="100%" fill="white"/>',
     ]
     if title:
         parts.append(f'<text x="{left}" y="18" font-size="13">{escape(title)}</text>')

@@ -10,7 +10,7 @@ schedule generators, so that :mod:`minitorch.schedules` stays a leaf.
 from __future__ import annotations
 
 import argparse
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from minitorch import schedules
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import handout, writeup
-from grader.handout import HandoutError, strip_solutions
+from grader.layout import REPOSITORY as REPO
+from kit import handout, writeup
+from kit.handout import HandoutError, strip_solutions
 
-REPO = Path(__file__).resolve().parents[1]
 KIT = REPO / "handout"
 
 
@@ -187,12 +187,12 @@ def test_schedule_figures_without_the_answer_key_render_a_note_not_an_error(monk
 
     monkeypatch.setattr(pipeline, "one_f_one_b", stub)
     text = writeup.timeline("1f1b", "4", "8")
-    assert "python -m minitorch.schedules --schedule 1f1b -K 4 -M 8" in text and "device 0" not in text
+    assert "python -m minitorch.timeline --schedule 1f1b -K 4 -M 8" in text and "device 0" not in text
     pictures = {}
     assert "not generated" in writeup.svg_picture(("1f1b", "4", "8"), pictures) and pictures == {}
     assert "device 0 |" in writeup.timeline("gpipe", "4", "8")  # provided schedules need no answer key
     monkeypatch.setitem(sys.modules, "minitorch.pipeline", None)  # the file is absent: ImportError
-    assert "python -m minitorch.pipeline" in writeup.clock_cycles_waves("3", "3")
+    assert "python -m minitorch.demos" in writeup.clock_cycles_waves("3", "3")
     assert "needs the answer key" in capsys.readouterr().err
 
 

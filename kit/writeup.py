@@ -11,7 +11,7 @@ The template ``writeup/README.md.in`` is Markdown with a few directives, each in
                               ``figures/<name>.svg`` beside the README, and this becomes its link
 
 Schedule figures (``{{figure timeline 1f1b 4 8}}``, ``{{figure metrics gpipe 4 32 t_comm=0.2}}``,
-``{{svg interleaved 4 8 v=2}}``) take a schedule name of ``minitorch.schedules.GENERATORS``, K
+``{{svg interleaved 4 8 v=2}}``) take a schedule name of ``minitorch.timeline.GENERATORS``, K
 and M, then optional ``v=`` (chunks, interleaved only), ``t_b=``, ``t_w=``, ``t_comm=`` (F takes
 1 unit, B 2 by default). They are simulated by the provided ``minitorch.schedules``; 1F1B and
 interleaved 1F1B come from ``minitorch.pipeline``, i.e. the ANSWER KEY when the kit is built in
@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TypeVar
 
-HARDWARE = {"cpu": "CPU", "cuda2": "2 CUDA GPUs"}
+from grader.protocol import format_points as _points
+from grader.rubric import HARDWARE, Criterion, RubricError, load_rubric
+
+T = TypeVar("T")
 _DIRECTIVE = re.compile(r"\{\{(.*?)\}\}")
 _NOTE = re.compile(r"^\{#.*?#\}[ \t]*\n", re.MULTILINE | re.DOTALL)
 
@@ -41,64 +44,54 @@ class WriteupError(Exception):
     """A problem with the write-up sources or the rubric; the message names the file."""
 
 
-def read_criteria(rubric_path: Path) -> list[dict]:
-    """The enabled criteria of the rubric: dicts with id, problem, title, points, needs."""
-    if not rubric_path.exists():
-        raise WriteupError(f"{rubric_path} not found: the write-up's points tables are generated from the rubric")
+def read_criteria(rubric_path: Path) -> list[Criterion]:
+    """The criteria the grader grades, read by the grader's own rubric parser."""
     try:
-        tables = tomllib.loads(rubric_path.read_text()).get("criterion", [])
-    except tomllib.TOMLDecodeError as error:
-        raise WriteupError(f"{rubric_path}: not valid TOML: {error}") from None
-    criteria = []
-    for index, table in enumerate(tables):
-        missing = [key for key in ("id", "problem", "title", "points") if key not in table]
-        if missing:
-            raise WriteupError(f"{rubric_path}: criterion #{index + 1} lacks {', '.join(missing)}")
-        if table.get("needs", "cpu") not in HARDWARE:
-            raise WriteupError(f"{rubric_path}: {table['id']}: needs must be one of {sorted(HARDWARE)}")
-        if table.get("enabled", True):
-            criteria.append({"needs": "cpu", **table})
+        criteria = load_rubric(rubric_path).active()
+    except RubricError as error:
+        raise WriteupError(f"{error} (the write-up's points tables are generated from the rubric)") from None
     if not criteria:
-        raise WriteupError(f"{rubric_path}: no enabled [[criterion]] tables")
+        raise WriteupError(f"{rubric_path}: no criterion to grade (all disabled)")
     return criteria
 
 
-def _in_problem(criterion: dict, problem: str) -> bool:
-    return criterion["problem"] == problem or criterion["problem"].startswith(problem + ".")
+def runs_on(criterion: Criterion) -> str:
+    gpus = HARDWARE[criterion.needs]
+    return "CPU" if gpus == 0 else f"{gpus} CUDA GPU{'s' if gpus > 1 else ''}"
 
 
-def _points(value: float) -> str:
-    return f"{value:g}"
+def _in_problem(criterion: Criterion, problem: str) -> bool:
+    return criterion.problem == problem or criterion.problem.startswith(problem + ".")
 
 
-def points(criteria: list[dict], problem: str) -> str:
+def points(criteria: list[Criterion], problem: str) -> str:
     chosen = [c for c in criteria if _in_problem(c, problem)]
     if not chosen:
         raise WriteupError(f"no enabled criterion for problem {problem} in the rubric")
-    return _points(sum(c["points"] for c in chosen))
+    return _points(sum(c.points for c in chosen))
 
 
-def points_table(criteria: list[dict], problem: str) -> str:
+def points_table(criteria: list[Criterion], problem: str) -> str:
     """Markdown table of the criteria of ``problem`` (e.g. ``2`` or ``2.2``)."""
     rows = [c for c in criteria if _in_problem(c, problem)]
     if not rows:
         raise WriteupError(f"no enabled criterion for problem {problem} in the rubric")
     lines = ["| Criterion | What is checked | Points | Runs on |", "|---|---|---:|---|"]
-    lines += [f"| `{c['id']}` | {c['title']} | {_points(c['points'])} | {HARDWARE[c['needs']]} |" for c in rows]
+    lines += [f"| `{c.id}` | {c.title} | {_points(c.points)} | {runs_on(c)} |" for c in rows]
     lines.append(f"| | **Problem {problem} total** | **{points(criteria, problem)}** | |")
     return "\n".join(lines)
 
 
-def points_summary(criteria: list[dict]) -> str:
-    """Markdown table: points per sub-problem, how many need 2 CUDA GPUs, and the total."""
-    problems = sorted({c["problem"] for c in criteria}, key=lambda p: tuple(int(n) for n in p.split(".")))
-    lines = ["| Problem | Criteria | Points | of which need 2 CUDA GPUs |", "|---|---:|---:|---:|"]
+def points_summary(criteria: list[Criterion]) -> str:
+    """Markdown table: points per sub-problem, how many need CUDA GPUs, and the total."""
+    problems = sorted({c.problem for c in criteria}, key=lambda p: tuple(int(n) for n in p.split(".")))
+    lines = ["| Problem | Criteria | Points | of which need CUDA GPUs |", "|---|---:|---:|---:|"]
     for problem in problems:
-        rows = [c for c in criteria if c["problem"] == problem]
-        gpu = sum(c["points"] for c in rows if c["needs"] == "cuda2")
-        lines.append(f"| {problem} | {len(rows)} | {_points(sum(c['points'] for c in rows))} | {_points(gpu)} |")
-    total = sum(c["points"] for c in criteria)
-    gpu = sum(c["points"] for c in criteria if c["needs"] == "cuda2")
+        rows = [c for c in criteria if c.problem == problem]
+        gpu = sum(c.points for c in rows if HARDWARE[c.needs])
+        lines.append(f"| {problem} | {len(rows)} | {_points(sum(c.points for c in rows))} | {_points(gpu)} |")
+    total = sum(c.points for c in criteria)
+    gpu = sum(c.points for c in criteria if HARDWARE[c.needs])
     lines.append(f"| **Total** | {len(criteria)} | **{_points(total)}** | {_points(gpu)} |")
     return "\n".join(lines)
 
@@ -107,7 +100,7 @@ class _NoAnswerKey(Exception):
     """A figure needs the answer key, and this build's ``minitorch.pipeline`` cannot provide it."""
 
 
-def _answer_key(call: Callable[[], object], what: str) -> object:
+def _answer_key(call: Callable[[], T], what: str) -> T:
     """``call()``, turning "the answer key is missing or stubbed" into :class:`_NoAnswerKey`."""
     try:
         return call()
@@ -127,7 +120,7 @@ def clock_cycles_waves(num_microbatches: str, num_stages: str) -> str:
     try:
         waves = _answer_key(lambda: _clock_cycles(num_microbatches, num_stages), "clock-cycle table")
     except _NoAnswerKey:
-        return _placeholder("the clock-cycle table", "python -m minitorch.pipeline")
+        return _placeholder("the clock-cycle table", "python -m minitorch.demos")
     lines = [f"clock_cycles({num_microbatches}, {num_stages}):"]
     lines += [f"  k = {index}: {wave}" for index, wave in enumerate(waves)]
     return "\n".join(lines)
@@ -138,7 +131,7 @@ def clock_cycles_grid(num_microbatches: str, num_stages: str) -> str:
     try:
         waves = _answer_key(lambda: _clock_cycles(num_microbatches, num_stages), "clock-cycle grid")
     except _NoAnswerKey:
-        return _placeholder("the clock-cycle grid", "python -m minitorch.pipeline")
+        return _placeholder("the clock-cycle grid", "python -m minitorch.demos")
     cell = "{:<8}"
     lines = ["wave     " + "".join(cell.format(k) for k in range(len(waves))).rstrip()]
     for stage in range(int(num_stages)):
@@ -150,7 +143,7 @@ def clock_cycles_grid(num_microbatches: str, num_stages: str) -> str:
     return "\n".join(lines)
 
 
-def _clock_cycles(num_microbatches: str, num_stages: str) -> list:
+def _clock_cycles(num_microbatches: str, num_stages: str) -> list[list[tuple[int, int]]]:
     from minitorch.pipeline import clock_cycles
 
     return list(clock_cycles(int(num_microbatches), int(num_stages)))
@@ -220,7 +213,7 @@ class ScheduleFigure:
     @property
     def command(self) -> str:
         """The command that draws the same timeline from the student's code."""
-        words = [f"python -m minitorch.schedules --schedule {self.name} -K {self.num_stages} -M {self.num_microbatches}"]
+        words = [f"python -m minitorch.timeline --schedule {self.name} -K {self.num_stages} -M {self.num_microbatches}"]
         if self.name == "interleaved":
             words.append(f"-v {self.v}")
         if self.t_b != 2.0:
@@ -233,10 +226,10 @@ class ScheduleFigure:
 
     def simulate(self):
         """The simulated :class:`minitorch.schedules.Timeline` (raises _NoAnswerKey)."""
-        from minitorch import schedules
+        from minitorch import schedules, timeline
 
         def schedule():
-            generate = schedules.generator(self.name)
+            generate = timeline.generator(self.name)
             if self.name == "interleaved":
                 return generate(self.num_stages, self.num_microbatches, self.v)
             return generate(self.num_stages, self.num_microbatches)
@@ -311,7 +304,7 @@ FIGURES: dict[str, Callable[..., str]] = {
 }
 
 
-def _expand(text: str, source: Path, criteria: list[dict], pictures: dict[str, str], depth: int = 0) -> str:
+def _expand(text: str, source: Path, criteria: list[Criterion], pictures: dict[str, str], depth: int = 0) -> str:
     if depth > 4:
         raise WriteupError(f"{source}: includes nested too deeply")
     text = _NOTE.sub("", text)

@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from grader.checks import Fail
+from grader.checks.compare import close, difference
 
 T_F, T_B = 1.0, 2.0  # F takes 1 unit, B 2 units, as in the lecture
 MAX_ACTIONS = 100_000
@@ -361,16 +362,14 @@ def judge_recompute_grads(seed: int, params: dict, observation: dict) -> None:
         # The child's plain run is the bit-level reference (same process, same kernels); it
         # must itself agree with the grader's own run, or the child was tampered with.
         for name, ours, theirs in _pairs(reference, case["plain"]):
-            close = torch.equal if name.startswith("RNG") else lambda a, b: torch.allclose(a, b, rtol=1e-10, atol=1e-12)
-            if theirs is None or not close(ours, theirs):
+            same = close(theirs, ours, rtol=0.0, atol=0.0) if name.startswith("RNG") else close(theirs, ours, rtol=1e-10, atol=1e-12)
+            if not same:
                 raise Fail(f"{what}: the plain run inside your process differs from the grader's ({name}); "
                            "does your module change torch's global state?")
         for name, plain, mine in _pairs(case["plain"], case["student"]):
-            if mine is None or mine.shape != plain.shape or not torch.equal(plain, mine):
-                detail = "missing" if mine is None or mine.shape != plain.shape else \
-                    f"max |difference| {(plain - mine).abs().max().item():.3g}"
+            if not close(mine, plain, rtol=0.0, atol=0.0):
                 hint = " (is the RNG state replayed in backward?)" if dropout and name.startswith("grad") else ""
-                raise Fail(f"{what}: {name} is not bit-identical to the plain run: {detail}{hint}")
+                raise Fail(f"{what}: {name} is not bit-identical to the plain run: it {difference(mine, plain)}{hint}")
 
 
 def _pairs(first: dict, second: dict):

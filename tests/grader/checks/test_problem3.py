@@ -4,17 +4,19 @@ wrong variant fails the check it is meant to fail, with a message that says what
 The observe functions fork their ranks from this process, so a variant installed here with
 ``monkeypatch`` is what the ranks run.
 """
-import io
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from grading_helpers import observe_and_judge
 
 import minitorch.tensor_parallel as tp
 from grader.checks import Fail
-from grader.checks import tensor_parallel as checks
+from grader.checks import problem3 as checks
+
+pytestmark = pytest.mark.multirank  # launches torch.distributed ranks (left out of make test-fast)
 
 NAMES = ["fg", "scatter_gather", "column_row", "mlp", "attention", "layer", "embedding",
          "fused_loss", "sequence_parallel"]
@@ -32,12 +34,8 @@ def restore_torch_distributed():
 
 
 def grade(name: str, seed: int = SEED) -> None:
-    """Observe (as the child would), send the observation through torch.save, then judge."""
-    observation = getattr(checks, f"observe_{name}")(seed, {})
-    buffer = io.BytesIO()
-    torch.save(observation, buffer)
-    buffer.seek(0)
-    getattr(checks, f"judge_{name}")(seed, {}, torch.load(buffer, weights_only=True))
+    """The check along the grader's path (observe, plain data, save/load, judge)."""
+    observe_and_judge(checks, name, seed)
 
 
 def fails(name: str, *fragments: str) -> str:

@@ -12,9 +12,9 @@ import time
 import zipfile
 from pathlib import Path
 
-from grader import batch, handout
-
-REPO = Path(__file__).resolve().parents[1]
+from grader import batch
+from grader.layout import REPOSITORY as REPO
+from kit import handout
 
 FAKE_GRADER = textwrap.dedent('''\
     import json, os, subprocess, sys, time
@@ -113,9 +113,9 @@ def test_canvas_layout_takes_identities_from_the_roster(tmp_path):
         "=Mallory,102,s002,mal,Sec B,\n"
     )
     outcomes = [
-        batch.Outcome("ada", Path("ada"), Path("ada.json"), score=40.0, max_score=46.0),
-        batch.Outcome("s002", Path("s002"), Path("s002.json"), score=None),
-        batch.Outcome("ghost", Path("ghost"), Path("ghost.json"), score=12.0),
+        batch.StudentGrade("ada", Path("ada"), Path("ada.json"), score=40.0, max_score=46.0),
+        batch.StudentGrade("s002", Path("s002"), Path("s002.json"), score=None),
+        batch.StudentGrade("ghost", Path("ghost"), Path("ghost.json"), score=12.0),
     ]
     rows = batch.canvas_rows(outcomes, "HW5 (77)", batch.read_roster(roster))
     batch.write_csv(tmp_path / "canvas.csv", rows)

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import bundle, handout
-
-REPO = Path(__file__).resolve().parents[1]
+from grader.layout import REPOSITORY as REPO
+from kit import bundle, handout
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +70,7 @@ def test_no_answer_key_inside(autograder_zip):
     regions = [region for region in regions if len(region.strip().splitlines()) > 1]
     assert len(regions) > 20
     with zipfile.ZipFile(autograder_zip) as archive:
-        # grader/checks/pipeline.py is a check module, not a student file: look in minitorch/.
+        # grader/checks/problem2.py is a check module, not a student file: look in minitorch/.
         assert not [n for n in archive.namelist() if Path(n).parent.name == "minitorch" and Path(n).name in handout.STUDENT_FILES]
         for name in archive.namelist():
             text = archive.read(name).decode(errors="replace")

@@ -6,9 +6,12 @@ fail the criterion it targets with a message that says what went wrong.
 
 import pytest
 import torch
+from grading_helpers import observe_and_judge
 
 from grader.checks import Fail
-from grader.checks import schedules as checks
+from grader.checks import problem4 as checks
+from grader.layout import DEFAULT_RUBRIC
+from grader.tomlcompat import tomllib
 from minitorch.schedules import Action
 
 SEED = 1234
@@ -31,8 +34,8 @@ def answer(name):
 
 
 def run_check(name, seed=SEED):
-    observation = getattr(checks, f"observe_{name}")(seed, {})
-    getattr(checks, f"judge_{name}")(seed, {}, observation)
+    """The check along the grader's path (observe, plain data, save/load, judge)."""
+    observe_and_judge(checks, name, seed)
 
 
 def fails(name, match):
@@ -54,15 +57,12 @@ def test_answer_key_passes(name, seed):
 
 
 def test_rubric_entries_name_existing_checks_and_total_20():
-    import tomllib
-    from pathlib import Path
-
-    rubric = tomllib.loads((Path(__file__).parents[1] / "grader" / "rubric.toml").read_text())
+    rubric = tomllib.loads(DEFAULT_RUBRIC.read_text())
     problem4 = [c for c in rubric["criterion"] if c["problem"].startswith("4.")]
     assert sum(c["points"] for c in problem4) == 20
     for criterion in problem4:
         module, name = criterion["check"].split(":")
-        assert module == "schedules"
+        assert module == "problem4"
         assert callable(getattr(checks, f"observe_{name}")) and callable(getattr(checks, f"judge_{name}"))
 
 

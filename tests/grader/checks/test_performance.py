@@ -6,7 +6,8 @@ import pytest
 
 from grader.checks import Fail
 from grader.checks.performance import FULL, judge_speedup
-from grader.rubric import DEFAULT_RUBRIC, load_rubric
+from grader.layout import DEFAULT_RUBRIC
+from grader.rubric import load_rubric
 
 
 def expected_calls(num_microbatches):
@@ -67,7 +68,8 @@ def test_gpu_smoke_rubric_keeps_only_gpu_criteria_unscored_on_one_gpu():
 
 
 def test_judge_details_reach_the_json_report():
-    from grader.grading import Report, Result, as_json, judge_observation
+    from grader.grading import judge_observation
+    from grader.protocol import Report, Result, as_json
 
     criterion = next(c for c in load_rubric(DEFAULT_RUBRIC).criteria if c.id == "2.3-speedup")
     status, message, details = judge_observation(criterion, 0, observation([1.05] * 5))

@@ -6,9 +6,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from grading_helpers import answer_key_source, grade_folder, write_submission
 
 from grader.submission import SubmissionNotFound, load_submission
-from grading_helpers import answer_key_source, grade_folder, write_submission
 
 
 def make_zip(path: Path, entries: dict[str, str]) -> Path:

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from grading_helpers import REPO, answer_key_source, grade_folder, write_submission
+
 from grader.rubric import parse_rubric
 
 RUBRIC = """
@@ -52,7 +52,8 @@ def test_children_drop_root(report):
 def test_batch_slots_give_concurrent_children_distinct_uids(monkeypatch):
     import pwd
 
-    from grader.harness import UID_SLOT, HarnessError, _unprivileged_user
+    from grader.harness import HarnessError, _unprivileged_user
+    from grader.layout import UID_SLOT_VARIABLE as UID_SLOT
     from grader.rubric import Settings
 
     nobody = pwd.getpwnam("nobody")

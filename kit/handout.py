@@ -9,15 +9,14 @@ Solutions are written once, in the answer key ``minitorch/``, between markers::
         # END SOLUTION
 
 :func:`strip_solutions` replaces every such region with a stub that raises
-``NotImplementedError("Problem 2.1: clock_cycles")``. ``python -m grader.handout build``
+``NotImplementedError("Problem 2.1: clock_cycles")``. ``python -m kit build``
 writes the kit ``handout/`` (provided files verbatim, student files stripped, the public
 tests, a Makefile, a pyproject, the write-up and the pictures it links, ``figures/*.svg``);
-``python -m grader.handout check`` fails when the committed ``handout/`` differs from a fresh
+``python -m kit check`` fails when the committed ``handout/`` differs from a fresh
 generation.
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import filecmp
 import re
@@ -27,11 +26,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import writeup
-from grader.submission import STUDENT_FILES
+from grader.layout import DEFAULT_RUBRIC, REPOSITORY, STUDENT_FILES
+from grader.tomlcompat import tomllib
+from kit import writeup
 
-REPO = Path(__file__).resolve().parents[1]
-KIT_TEMPLATES = Path(__file__).resolve().parent / "kit"
+REPO = REPOSITORY  # a module attribute, so that tests can build from a copy of the repository
+KIT_TEMPLATES = Path(__file__).resolve().parent / "templates"
 # What a student's `make test` / `make submit` leaves in the kit; never part of the comparison.
 IGNORED_NAMES = {".venv", "__pycache__", ".pytest_cache", ".hypothesis", "submission.zip"}
 
@@ -111,7 +111,7 @@ def _enclosing_function(tree: ast.AST, region: Region, filename: str) -> str:
     (A function's last line is its last statement: the END comment may lie beyond it.)
     """
     candidates = [
-        (name, node) for name, node in _functions(tree) if node.lineno < region.begin <= node.end_lineno
+        (name, node) for name, node in _functions(tree) if node.lineno < region.begin <= (node.end_lineno or node.lineno)
     ]
     if not candidates:
         raise HandoutError(f"{filename}:{region.begin}: solution region {region.problem} is not inside a function")
@@ -165,8 +165,6 @@ def strip_solutions(source: str, filename: str = "<source>") -> str:
 
 def _kit_pyproject() -> str:
     """The kit's pyproject.toml: the repo's pytest settings and marker list, nothing to install."""
-    import tomllib
-
     options = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     markers = "".join(f'    "{marker}",\n' for marker in options["markers"])
     return (
@@ -208,7 +206,8 @@ def _kit_files(student_files: list[str]) -> dict[str, str | bytes | Path]:
     files["Makefile"] = makefile.replace("@STUDENT_FILES@", " ".join(f"minitorch/{n}" for n in student_files))
     files[".gitignore"] = KIT_TEMPLATES / "gitignore"
     # The README and the pictures it links (figures/*.svg), all computed at build time.
-    files.update(writeup.render_files(REPO / "writeup" / "README.md.in", REPO / "grader" / "rubric.toml"))
+    rubric = REPO / DEFAULT_RUBRIC.relative_to(REPOSITORY)
+    files.update(writeup.render_files(REPO / "writeup" / "README.md.in", rubric))
     return files
 
 
@@ -271,29 +270,3 @@ def differences(out: Path) -> list[str]:
             if not filecmp.cmp(fresh / p, out / p, shallow=False)
         ]
     return found
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader.handout", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["build", "check"], help="write the kit, or compare it with a fresh one")
-    parser.add_argument("--out", type=Path, default=REPO / "handout", help="the kit folder (default: handout)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "build":
-            written = build(args.out)
-            print(f"wrote {len(written)} files to {args.out}")
-            return 0
-        found = differences(args.out)
-    except (HandoutError, writeup.WriteupError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if found:
-        print(f"{args.out} differs from a fresh generation (run `make handout` and commit the result):")
-        print("\n".join(f"  {line}" for line in found))
-        return 1
-    print(f"{args.out} is up to date")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grader.checks import Fail, expect_tensor
+from grader.checks.compare import max_difference
 
 WORLD_SIZES = (2, 4)
 S, B, H, HEADS, FFN, VOCAB = 8, 2, 16, 4, 32, 48   # all divisible by 4
@@ -184,15 +185,8 @@ def _row_block(tensor: torch.Tensor, rank: int, t: int) -> torch.Tensor:
 # ======================================================================================
 # Judging helpers
 # ======================================================================================
-def _diff(actual, expected) -> float | None:
-    """Max abs difference, or None when the shapes differ."""
-    if not isinstance(actual, torch.Tensor) or tuple(actual.shape) != tuple(expected.shape):
-        return None
-    return (actual.to(DTYPE) - expected).abs().max().item() if expected.numel() else 0.0
-
-
 def _close(actual, expected) -> bool:
-    d = _diff(actual, expected)
+    d = max_difference(actual, expected)
     return d is not None and d <= TOL * (1 + expected.abs().max().item())
 
 
@@ -200,7 +194,7 @@ def _expect(what: str, actual, expected, reference: str = "the dense single-proc
     if actual is None:
         raise Fail(f"{what}: no value (None); expected a tensor of shape {tuple(expected.shape)}")
     expect_tensor(actual, what)
-    d = _diff(actual, expected)
+    d = max_difference(actual, expected)
     if d is None:
         raise Fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}")
     if not _close(actual, expected):
@@ -276,6 +270,7 @@ def _rank_fg(rank, t, seed, params):
 
 
 def observe_fg(seed: int, params: dict):
+    """Launches t = 2, 4 gloo ranks that run f and g forward and backward, recording outputs, gradients and collectives."""
     return _launch(_rank_fg, seed, params)
 
 
@@ -370,6 +365,7 @@ def _rank_scatter_gather(rank, t, seed, params):
 
 
 def observe_scatter_gather(seed: int, params: dict):
+    """Launches ranks that run the scatter/gather region ops, recording outputs, gradients and collectives."""
     return _launch(_rank_scatter_gather, seed, params)
 
 
@@ -441,6 +437,7 @@ def _dense_linear(weight, bias, x, grad):
 
 
 def observe_column_row(seed: int, params: dict):
+    """Launches ranks that build column- and row-parallel linear layers from the grader's weights and run them."""
     return _launch(_rank_column_row, seed, params)
 
 
@@ -611,6 +608,7 @@ def _judge_block(seed: int, params: dict, observation, what: str, prefix: str) -
 # 3.3 MLP
 # ======================================================================================
 def observe_mlp(seed: int, params: dict):
+    """Launches ranks that run the student's parallel MLP block on the grader's weights and inputs."""
     return _launch(_rank_block, seed, {**params, "part": "mlp"})
 
 
@@ -639,6 +637,7 @@ def judge_mlp(seed: int, params: dict, observation) -> None:
 # 3.3 attention
 # ======================================================================================
 def observe_attention(seed: int, params: dict):
+    """Launches ranks that run the student's parallel attention block on the grader's weights and inputs."""
     return _launch(_rank_block, seed, {**params, "part": "attention"})
 
 
@@ -660,6 +659,7 @@ def judge_attention(seed: int, params: dict, observation) -> None:
 # 3.3 transformer layer
 # ======================================================================================
 def observe_layer(seed: int, params: dict):
+    """Launches ranks that run the student's parallel transformer layer on the grader's weights and inputs."""
     return _launch(_rank_block, seed, {**params, "part": "layer"})
 
 
@@ -703,6 +703,7 @@ def _rank_embedding(rank, t, seed, params):
 
 
 def observe_embedding(seed: int, params: dict):
+    """Launches ranks that run the vocab-parallel embedding on token ids spanning every rank's range."""
     return _launch(_rank_embedding, seed, params)
 
 
@@ -745,6 +746,7 @@ def _rank_fused_loss(rank, t, seed, params):
 
 
 def observe_fused_loss(seed: int, params: dict):
+    """Launches ranks that run the vocab-parallel fused cross-entropy, recording losses, gradients and collectives."""
     return _launch(_rank_fused_loss, seed, params)
 
 
@@ -790,6 +792,7 @@ def _expect_volume(what: str, t: int, log: list[dict], expected: float, why: str
 
 
 def observe_sequence_parallel(seed: int, params: dict):
+    """Launches ranks that run the sequence-parallel layer, recording outputs, gradients and collective volumes."""
     return _launch(_rank_block, seed, {**params, "part": "layer", "sequence_parallel": True})
 
 

@@ -8,9 +8,16 @@ import sys
 
 import pytest
 
-from minitorch.tp_comm import (activation_bytes_per_layer, all_gather_bytes, all_reduce_bytes,
-                               comm_to_compute, layer_comm, mlp_shards, output_layer_comm,
-                               reduce_scatter_bytes)
+from minitorch.tp_comm import (
+    activation_bytes_per_layer,
+    all_gather_bytes,
+    all_reduce_bytes,
+    comm_to_compute,
+    layer_comm,
+    mlp_shards,
+    output_layer_comm,
+    reduce_scatter_bytes,
+)
 
 MICROBATCH = 8 * 2048  # lecture 5.5: one microbatch of 8 x 2048 tokens
 

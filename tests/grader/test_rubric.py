@@ -17,7 +17,7 @@ problem = "2.1"
 title = "waves"
 points = 6
 needs = "cpu"
-check = "pipeline:schedule"
+check = "problem2:schedule"
 
 [[criterion]]
 id = "2.2-forward"
@@ -25,7 +25,7 @@ problem = "2.2"
 title = "forward"
 points = 6
 needs = "cpu"
-check = "pipeline:forward"
+check = "problem2:forward"
 timeout = 10
 [criterion.params]
 anything = 1
@@ -51,7 +51,7 @@ def test_good_rubric_defaults_and_params():
 
 
 def test_disabling_a_criterion_or_a_problem():
-    rubric = parse_rubric(GOOD.replace('check = "pipeline:forward"', 'check = "pipeline:forward"\nenabled = false'))
+    rubric = parse_rubric(GOOD.replace('check = "problem2:forward"', 'check = "problem2:forward"\nenabled = false'))
     assert [c.id for c in rubric.active()] == ["2.1-schedule"]
     rubric = parse_rubric(GOOD.replace("disabled_problems = []", 'disabled_problems = ["2.1"]'))
     assert [c.id for c in rubric.active()] == ["2.2-forward"]
@@ -63,8 +63,8 @@ def test_disabling_a_criterion_or_a_problem():
         (("points = 6\nneeds", "points = 0\nneeds"), r"criterion #1 \(2.1-schedule\): points must be a positive number"),
         (("title = \"waves\"", "title = \"waves\"\npoint = 3"), r"2.1-schedule\): unknown key 'point'"),
         (('id = "2.2-forward"\nproblem = "2.2"', 'id = "2.1-schedule"\nproblem = "2.1"'), r"criterion #2: duplicate id '2.1-schedule' \(also criterion #1\)"),
-        (('"pipeline:schedule"', '"pipeline:nothing"'), r"has no function observe_nothing"),
-        (('"pipeline:schedule"', '"nowhere:schedule"'), r"no module grader/checks/nowhere.py"),
+        (('"problem2:schedule"', '"problem2:nothing"'), r"has no function observe_nothing"),
+        (('"problem2:schedule"', '"nowhere:schedule"'), r"no module grader/checks/nowhere.py"),
         (('needs = "cpu"', 'needs = "gpu"'), r"needs must be one of"),
         (("disabled_problems = []", 'disabled_problems = ["7.7"]'), r"disabled_problems names '7.7'"),
         (("timeout = 10", "timeout = -1"), r"2.2-forward\): timeout must be a positive number"),

@@ -20,6 +20,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from grader.checks import Fail
+from grader.checks.compare import close, difference, expected_calls, reference_clock_cycles
 
 WIDTH = 6  # column 0 carries the row number through every stage; 5 features are mixed
 DTYPE = torch.float64
@@ -30,18 +31,6 @@ GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-6
 # ---------------------------------------------------------------------------------------
 # The grader's schedule and stages
 # ---------------------------------------------------------------------------------------
-
-
-def reference_clock_cycles(num_microbatches: int, num_stages: int):
-    """The GPipe waves: wave k holds every (i, j) with i + j == k, by increasing stage j."""
-    if num_microbatches < 0:
-        raise ValueError(f"num_microbatches must be >= 0, got {num_microbatches}")
-    if num_stages < 1:
-        raise ValueError(f"num_stages must be >= 1, got {num_stages}")
-    if num_microbatches == 0:
-        return
-    for k in range(num_microbatches + num_stages - 1):
-        yield [(k - j, j) for j in range(max(0, k - num_microbatches + 1), min(k, num_stages - 1) + 1)]
 
 
 class GraderStageError(Exception):
@@ -132,10 +121,6 @@ def _describe(stages: int, rows: int, split_size: int) -> str:
     return f"{stages} stage{'s' * (stages != 1)}, a batch of {rows} rows, split_size={split_size} ({m} microbatch{'es' * (m != 1)})"
 
 
-def _max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max()) if a.numel() else 0.0
-
-
 # ---------------------------------------------------------------------------------------
 # 2.1 clock_cycles
 # ---------------------------------------------------------------------------------------
@@ -145,6 +130,7 @@ INVALID_CASES = [(-1, 3), (2, 0), (0, 0), (-3, -1)]
 
 
 def observe_schedule(seed: int, params: dict):
+    """Drives the student's ``clock_cycles`` over every (M, K) of SCHEDULE_CASES and records each wave as text."""
     from minitorch.pipeline import clock_cycles
 
     runs = []
@@ -178,6 +164,7 @@ def judge_schedule(seed: int, params: dict, observation) -> None:
 
 
 def observe_errors(seed: int, params: dict):
+    """Calls ``clock_cycles`` with invalid (M, K) and records what it raised, and when (at the call or on iteration)."""
     from minitorch.pipeline import clock_cycles
 
     results = []
@@ -223,6 +210,7 @@ FORWARD_CASES = [(1, 5, 2, 2), (2, 7, 3, 2), (3, 6, 1, 2), (3, 4, 10, 2), (3, 10
 
 
 def observe_forward(seed: int, params: dict):
+    """Runs the student's ``Pipe`` on the grader's stages for every FORWARD_CASE and records outputs and stage logs."""
     pipeline, _ = _student_pipeline()
     cases = []
     for case, (count, rows, split_size, calls) in enumerate(FORWARD_CASES):
@@ -263,7 +251,7 @@ def _compare_rows(expected: torch.Tensor, got: torch.Tensor, split_size: int) ->
     row = bad[0]
     return (
         f"output row {row} (microbatch {row // split_size}) differs from the stages run in sequence "
-        f"by up to {_max_difference(got[row], expected[row]):.3g}"
+        f"{difference(got[row], expected[row]).removeprefix('differs ')}"
     )
 
 
@@ -306,6 +294,7 @@ CALL_ORDER_CASES = [(3, 6, 2, 2), (2, 9, 2, 1), (4, 2, 1, 1), (1, 3, 1, 1), (3, 
 
 
 def observe_call_order(seed: int, params: dict):
+    """Records the submit/receive events the student's ``Pipe`` issues on ``StageWorkers`` for every CALL_ORDER_CASE."""
     pipeline, runtime = _student_pipeline()
     cases = []
     for case, (count, rows, split_size, calls) in enumerate(CALL_ORDER_CASES):
@@ -328,16 +317,8 @@ def observe_call_order(seed: int, params: dict):
     return cases
 
 
-def expected_calls(num_microbatches: int, num_stages: int) -> list[list[str]]:
-    """Per wave: ``submit(j)`` for every (i, j) of the wave, then ``receive(j)`` likewise."""
-    return [
-        [f"submit({j})" for _, j in wave] + [f"receive({j})" for _, j in wave]
-        for wave in reference_clock_cycles(num_microbatches, num_stages)
-    ]
-
-
 def judge_call_order(seed: int, params: dict, observation) -> None:
-    for (count, rows, split_size, calls), runs in zip(CALL_ORDER_CASES, observation):
+    for (count, rows, split_size, _), runs in zip(CALL_ORDER_CASES, observation):
         m = len(microbatch_sizes(rows, split_size))
         for call, run in enumerate(runs):
             where = f"{_describe(count, rows, split_size)}, call {call + 1}"
@@ -369,6 +350,7 @@ GRAD_CASE = (3, 6, 2)
 
 
 def observe_no_grad(seed: int, params: dict):
+    """Runs the ``Pipe`` under ``torch.no_grad()`` and ``torch.inference_mode()`` and records the grad mode each stage saw."""
     pipeline, _ = _student_pipeline()
     count, rows, split_size = GRAD_CASE
     log: list = []
@@ -442,6 +424,7 @@ def _new_threads(before: set, wait: float = 2.0) -> list[str]:
 
 
 def observe_exceptions(seed: int, params: dict):
+    """Makes one grader stage raise on one microbatch and records what reached the caller, and which threads were left."""
     pipeline, _ = _student_pipeline()
     count, rows, split_size, bad_stage, bad_microbatch = EXCEPTION_CASE
     before = set(threading.enumerate())
@@ -541,6 +524,7 @@ def _run_backward(seed: int, model, stages, parameters) -> dict:
 
 
 def observe_backward(seed: int, params: dict):
+    """Runs forward, backward and SGD steps through the ``Pipe`` and records outputs, gradients and parameters."""
     pipeline, _ = _student_pipeline()
     count, rows, split_size = BACKWARD_CASE
     stages = build_stages(seed, 0, count)
@@ -551,16 +535,12 @@ def observe_backward(seed: int, params: dict):
         pipe.close()
 
 
-def _close(a, b) -> bool:
-    return a is not None and b is not None and a.shape == b.shape and torch.allclose(a, b, rtol=GRAD_RTOL, atol=GRAD_ATOL)
-
-
 def judge_backward(seed: int, params: dict, observation) -> None:
     count, rows, split_size = BACKWARD_CASE
     stages = build_stages(seed, 0, count)
     expected = _run_backward(seed, lambda x: sequential(stages, x), stages, [p for s in stages for p in s.parameters()])
     what = _describe(count, rows, split_size)
-    if not _close(observation["output"], expected["output"]):
+    if not close(observation["output"], expected["output"], GRAD_RTOL, GRAD_ATOL):
         raise Fail(f"{what}: the forward output differs from the stages run in sequence (see 2.2-forward)")
     names = [name for name, _ in stages[0].named_parameters()]
     starved = [
@@ -574,19 +554,18 @@ def judge_backward(seed: int, params: dict, observation) -> None:
         )
     if observation["input_grad"] is None:
         raise Fail(f"{what}: x.grad is None after backward; the gradient must reach the input batch (do not detach it)")
-    if not _close(observation["input_grad"], expected["input_grad"]):
-        raise Fail(f"{what}: x.grad differs from the sequential run by up to {_max_difference(observation['input_grad'], expected['input_grad']):.3g}")
+    if not close(observation["input_grad"], expected["input_grad"], GRAD_RTOL, GRAD_ATOL):
+        raise Fail(f"{what}: x.grad {difference(observation['input_grad'], expected['input_grad'])} (compared with the sequential run)")
     for j, (got, want) in enumerate(zip(observation["grads"], expected["grads"])):
         for name, g, w in zip(names, got, want):
-            if not _close(g, w):
-                detail = "is None" if g is None else f"differs by up to {_max_difference(g, w):.3g}"
-                raise Fail(f"{what}: the gradient of stage {j}'s {name} {detail} (rtol {GRAD_RTOL}, atol {GRAD_ATOL})")
+            if not close(g, w, GRAD_RTOL, GRAD_ATOL):
+                raise Fail(f"{what}: the gradient of stage {j}'s {name} {difference(g, w)} (rtol {GRAD_RTOL}, atol {GRAD_ATOL})")
     for step, (got, want) in enumerate(zip(observation["losses"], expected["losses"]), start=1):
         if abs(got - want) > GRAD_ATOL + GRAD_RTOL * abs(want):
             raise Fail(f"SGD over pipe.parameters(), step {step}: loss {got:.6g}, expected {want:.6g} from the sequential run")
     for j, (got, want) in enumerate(zip(observation["parameters"], expected["parameters"])):
         for name, g, w in zip(names, got, want):
-            if not _close(g, w):
+            if not close(g, w, GRAD_RTOL, GRAD_ATOL):
                 raise Fail(f"after {SGD_STEPS} SGD steps over pipe.parameters(), stage {j}'s {name} differs from the sequential run")
 
 
@@ -608,6 +587,7 @@ def time_limit(stages: int, microbatches: int, sleep: float) -> float:
 
 
 def observe_concurrency(seed: int, params: dict):
+    """Times sleeping stages through the ``Pipe`` and records when each stage ran (start/end intervals per microbatch)."""
     pipeline, runtime = _student_pipeline()
     count, microbatches, sleep, attempts = _concurrency_params(params)
     stages = build_stages(seed, 0, count)
@@ -705,6 +685,7 @@ class CallingThreadOps(TorchFunctionMode):
 
 
 def observe_transfers(seed: int, params: dict):
+    """Records which tensor operations the calling thread ran while the ``Pipe`` forwarded a batch (work belongs on stage threads)."""
     pipeline, runtime = _student_pipeline()
     count, rows, split_size = TRANSFER_CASE
     pipe = _make_pipe(pipeline, build_stages(seed, 0, count), split_size)

@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from grading_helpers import answer_key_source, grade_folder, leftover_processes, write_submission
 
 from grader import report as reports
+from grader.protocol import write_json_report
 from grader.rubric import load_rubric
 
 if sys.version_info >= (3, 11):
@@ -38,7 +38,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-CATALOGUE = Path(__file__).resolve().parent / "catalogue"
+CATALOGUE = Path(__file__).resolve().parent
 ENTRY_KEYS = {
     "description", "file", "replace", "source", "lose", "only", "timeout", "expect_status", "expect_message",
     "extra_file", "settings", "expect_review", "expect_policy", "expect_note", "requires_root",
@@ -81,8 +81,8 @@ def grade_like_the_cli(folder: Path, entry: dict, out: Path):
     json_path, gradescope_path = out / "report.json", out / "results.json"
     started = time.monotonic()
     report = grade_folder(folder, only=entry.get("only", ["2"]), timeout=entry.get("timeout"), rubric=rubric,
-                          on_result=lambda report, result: reports.write_json(report, json_path))
-    reports.write_json(report, json_path)
+                          on_result=lambda report, result: write_json_report(report, json_path))
+    write_json_report(report, json_path)
     reports.write_gradescope(report, rubric, time.monotonic() - started, gradescope_path)
     return report, json_path, gradescope_path
 

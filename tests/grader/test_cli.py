@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import zipfile
-from pathlib import Path
 
 from grading_helpers import REPO, answer_key_source, stub_files, write_submission
 
@@ -19,7 +18,7 @@ STATUSES = {"passed", "failed", "timeout", "blocked", "error"}
 
 def run_grader(*args, timeout=240) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "grader", *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "grader", "grade", *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -85,7 +84,7 @@ def test_partial_report_survives_a_killed_grader(tmp_path):
     folder = write_submission(tmp_path / "hang", {"pipeline.py": hang})
     report_path = tmp_path / "report.json"
     process = subprocess.Popen(
-        [sys.executable, "-m", "grader", folder, "--only", "2.1-schedule", "2.2-forward", "--json", report_path],
+        [sys.executable, "-m", "grader", "grade", folder, "--only", "2.1-schedule", "2.2-forward", "--json", report_path],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     try:
