@@ -65,7 +65,7 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 WATCHED_TORCH = ("allclose", "isclose", "equal", "testing.assert_close", "save", "load")
 # Namespaces whose every attribute the checks may rely on: the tensor methods they observe
 # (.to, .clone, ...), the clocks and thread names of the timing and call-order checks.
-WATCHED_NAMESPACES = (("torch.Tensor", torch.Tensor), ("torch._C.TensorBase", torch._C.TensorBase), ("time", time))
+WATCHED_NAMESPACES = (("torch.Tensor", torch.Tensor), ("time", time))
 WATCHED_THREADING = ("current_thread", "get_ident", "Thread", "Lock", "Event")
 # Provided modules the checks rely on (their attributes and their classes' attributes):
 # imported from the tree before the student's code runs, so a replacement shows.
@@ -475,7 +475,12 @@ def _watched_modules() -> dict[str, Any]:
 
 
 def _namespace_ids(prefix: str, namespace, seen: dict[str, int]) -> None:
-    for attribute, value in list(vars(namespace).items()):
+    """Every attribute of a module, or of a class as its instances see it (through its bases:
+    ``torch.Tensor.to = ...`` shadows ``TensorBase.to``, which is what the checks call)."""
+    found: dict[str, Any] = {}
+    for scope in reversed(namespace.__mro__) if isinstance(namespace, type) else (namespace,):
+        found.update(vars(scope))
+    for attribute, value in found.items():
         seen[f"{prefix}.{attribute}"] = id(value)
 
 
@@ -530,6 +535,14 @@ def _exception_envelope(error: BaseException, job: Job) -> dict:
         "type": type(error).__name__,
         "module_not_found": missing if type(missing) is str else None,
         "not_implemented": isinstance(error, NotImplementedError),
-        "message": str(error)[:2000],
+        "message": _text_of(error)[:2000],
         "traceback": _student_traceback(error, job.student_files)[-6000:],
     }
+
+
+def _text_of(error: BaseException) -> str:
+    """``str(error)``, or a stand-in when the student's exception cannot say what it is."""
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        return f"<a {type(error).__name__} whose str() raised>"

@@ -112,6 +112,9 @@ class _Scanner:
             root, _, rest = dotted.partition(".")
             if root in self.aliases:
                 self._flag(node, self.aliases[root] + "." + rest)
+                for inner in rest.split(".")[:-1]:  # the chain's inner attributes (torch.sys.modules)
+                    if inner in self.attributes:
+                        self.hits.append((node.lineno, "." + inner))
                 return False  # the chain's inner nodes are the same use
         return True
 

@@ -4,6 +4,7 @@ Most tests drive ``run_batch`` with a fake grader (a script that misbehaves on p
 last one runs the real ``python -m grader batch`` on three submissions."""
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import textwrap
 import time
 import zipfile
 from pathlib import Path
+
+import pytest
 
 from grader import batch
 from grader.layout import REPOSITORY as REPO
@@ -137,8 +140,13 @@ def test_duplicate_names_are_both_graded_and_flagged(tmp_path):
     ]
 
 
+BATCH_S, STUDENT_S = 540, 240  # the batch, each student in it (two rounds of --jobs 2); the test allows 600
+
+
+@pytest.mark.timeout(BATCH_S + 60)
 def test_real_grader_on_three_submissions(tmp_path):
-    """Answer key (folder), stubs (folder) and answer key (zip) through `python -m grader batch`."""
+    """Answer key (folder), stubs (folder) and answer key (zip) through `python -m grader batch
+    --jobs 2`: the two graded at once run their children as distinct uids (as root)."""
     key, stub = tmp_path / "class" / "key", tmp_path / "class" / "stub"
     key.mkdir(parents=True)
     stub.mkdir()
@@ -151,14 +159,19 @@ def test_real_grader_on_three_submissions(tmp_path):
                 archive.write(source, name)
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "grades.csv")],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "grades.csv"),
+         "--jobs", "2", "--timeout", str(STUDENT_S)],
+        cwd=REPO, capture_output=True, text=True, timeout=BATCH_S,
     )
     print(f"batch of 3 graded in {time.monotonic() - start:.1f} s")
     assert result.returncode == 0, result.stdout + result.stderr
     rows = {row["student"]: row for row in read_csv(tmp_path / "grades.csv")}
+    uids = set()
     for name in ("key", "key_zip"):
         report = json.loads(Path(rows[name]["report"]).read_text())
         expected = report["max_score"] - report["blocked_points"]
         assert rows[name]["status"] == "graded" and float(rows[name]["total"]) == expected, rows[name]
+        uids.add(report["environment"]["children_uid"])
+    if os.geteuid() == 0:
+        assert len(uids) == 2 and 0 not in uids, uids
     assert rows["stub"]["status"] == "graded" and float(rows["stub"]["total"]) == 0
