@@ -97,12 +97,14 @@ def test_no_answer_key_inside(autograder_zip):
             assert not any(region in text for region in regions), f"{name} contains answer-key code"
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_results_json_is_written_when_python_cannot_even_start(autograder_zip, tmp_path):
     root = unpack(autograder_zip, tmp_path, {"pipeline.py": ""})
     results = run_autograder(root, python=str(tmp_path / "no-such-python"))
     assert results["score"] == 0 and "course staff" in results["output"]
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_results_json_is_written_when_the_grader_crashes(autograder_zip, tmp_path):
     root = unpack(autograder_zip, tmp_path, {"pipeline.py": ""})
     (root / "source" / "grader" / "__main__.py").write_text("raise RuntimeError('grader bug 1234')\n")
@@ -111,6 +113,7 @@ def test_results_json_is_written_when_the_grader_crashes(autograder_zip, tmp_pat
     assert "exit status 1" in results["output"] and "grader bug 1234" in results["output"]
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_answer_key_scores_every_point_it_can(autograder_zip, tmp_path):
     # Nested as a student's zip often is: the files are found wherever they are.
     files = {f"hw/minitorch/{n}": (REPO / "minitorch" / n).read_text()
@@ -122,6 +125,7 @@ def test_answer_key_scores_every_point_it_can(autograder_zip, tmp_path):
     assert results["score"] == sum(t["score"] for t in results["tests"]) > 0
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_stubs_score_zero(autograder_zip, tmp_path):
     files = {n: handout.strip_solutions((REPO / "minitorch" / n).read_text(), n)
              for n in handout.STUDENT_FILES if (REPO / "minitorch" / n).exists()}
