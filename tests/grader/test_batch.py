@@ -143,6 +143,7 @@ def test_duplicate_names_are_both_graded_and_flagged(tmp_path):
 BATCH_S, STUDENT_S = 540, 240  # the batch, each student in it (two rounds of --jobs 2); the test allows 600
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 @pytest.mark.timeout(BATCH_S + 60)
 def test_real_grader_on_three_submissions(tmp_path):
     """Answer key (folder), stubs (folder) and answer key (zip) through `python -m grader batch

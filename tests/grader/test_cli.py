@@ -28,6 +28,7 @@ def run_grader(*args, timeout=QUICK_S) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 @pytest.mark.timeout(WHOLE_KEY_S + 30)
 def test_answer_key_full_marks(tmp_path):
     report_path, gradescope_path = tmp_path / "report.json", tmp_path / "results.json"
@@ -55,6 +56,7 @@ def test_answer_key_full_marks(tmp_path):
     assert "Total" in run.stdout and "2.2-call-order" in run.stdout
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 @pytest.mark.timeout(WHOLE_KEY_S + 30)
 def test_stub_scores_zero_with_not_implemented(tmp_path):
     folder = write_submission(tmp_path / "stub", stub_files())
@@ -68,6 +70,7 @@ def test_stub_scores_zero_with_not_implemented(tmp_path):
             assert criterion["message"].startswith(f"not implemented yet (Problem {criterion['problem']})"), criterion
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_zip_with_a_top_folder(tmp_path):
     path = tmp_path / "alice.zip"
     with zipfile.ZipFile(path, "w") as archive:
@@ -76,6 +79,7 @@ def test_zip_with_a_top_folder(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_usage_errors_exit_2(tmp_path):
     missing = run_grader(tmp_path / "nope", "--gradescope", tmp_path / "results.json")
     assert missing.returncode == 2 and "no such file" in missing.stderr
@@ -84,6 +88,7 @@ def test_usage_errors_exit_2(tmp_path):
     assert unknown.returncode == 2 and "--only 9.9" in unknown.stderr
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_partial_report_survives_a_killed_grader(tmp_path):
     hang = answer_key_source().replace(
         "        microbatches = list(torch.split(x, self.split_size))",
