@@ -127,7 +127,7 @@ def _only_environment(environment: dict[str, str]):
 def _c_environment(libc) -> list[bytes]:
     """The ``NAME=value`` entries of the C library's ``environ``."""
     environ = ctypes.POINTER(ctypes.c_char_p).in_dll(libc, "environ")
-    entries = []
+    entries: list[bytes] = []
     while environ[len(entries)] is not None:
         entries.append(environ[len(entries)])
     return entries
