@@ -165,7 +165,10 @@ def strip_solutions(source: str, filename: str = "<source>") -> str:
 
 def _kit_pyproject() -> str:
     """The kit's pyproject.toml: the repo's pytest settings and marker list, nothing to install."""
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
 
     options = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     markers = "".join(f'    "{marker}",\n' for marker in options["markers"])
@@ -205,6 +208,8 @@ def _kit_files(student_files: list[str]) -> dict[str, str | bytes | Path]:
         files[name] = REPO / name
     files["pyproject.toml"] = _kit_pyproject()
     makefile = (KIT_TEMPLATES / "Makefile.in").read_text()
+    # The virtual-environment rules are this repository's own (grader/kit/venv.mk), inlined.
+    makefile = makefile.replace("@VENV_MK@", (KIT_TEMPLATES / "venv.mk").read_text().rstrip("\n"))
     files["Makefile"] = makefile.replace("@STUDENT_FILES@", " ".join(f"minitorch/{n}" for n in student_files))
     files[".gitignore"] = KIT_TEMPLATES / "gitignore"
     # The README and the pictures it links (figures/*.svg), all computed at build time.
