@@ -22,11 +22,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Grade a submission criterion by criterion, each in an isolated child process.",
         epilog="`python -m grader batch FOLDER --csv FILE` grades a folder of submissions.",
     )
-    parser.add_argument("path", metavar="PATH", help="a folder with pipeline.py and/or tensor_parallel.py, or a .zip of one")
+    parser.add_argument("path", metavar="PATH", help="a folder with pipeline.py and/or tensor_parallel.py, or an archive of one (.zip, .tar.gz, .tgz, .tar)")
     parser.add_argument("--json", metavar="FILE", help="write the report as JSON (rewritten after every criterion)")
-    parser.add_argument("--gradescope", metavar="FILE", help="write Gradescope's results.json")
+    parser.add_argument("--gradescope", metavar="FILE", help="write Gradescope's results.json (rewritten after every criterion)")
     parser.add_argument("--only", nargs="+", metavar="PROBLEM_OR_ID", help="grade only these problems (2.2, or 2 for all of 2.x) or criterion ids")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="per-criterion timeout, replacing the rubric's")
+    parser.add_argument("--budget", type=float, metavar="SECONDS",
+                        help="time for the whole run: criteria get at most what is left, and those that no longer fit are not run (timeout)")
     parser.add_argument("--require-full", action="store_true", help="exit 1 unless every criterion that is not blocked passed")
     parser.add_argument("--rubric", metavar="FILE", help="use this rubric instead of grader/rubric.toml")
     parser.add_argument("--seed", type=int, help="reuse a run's seed (printed at the end) to reproduce it")
@@ -61,13 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "batch":
         return _batch(argv[1:])
     args = _parser().parse_args(argv)
-    started = time.perf_counter()
-    if args.timeout is not None and not args.timeout > 0:
-        return _give_up(f"--timeout must be > 0 seconds, got {args.timeout:g}", args, started)
+    started, started_monotonic = time.perf_counter(), time.monotonic()
+    for option in ("timeout", "budget"):
+        value = getattr(args, option)
+        if value is not None and not value > 0:
+            return _give_up(f"--{option} must be > 0 seconds, got {value:g}", args, started)
 
     # Heavy imports (torch) only once the command line is known to be sound.
     from grader import report as reports
-    from grader.grading import grade, select
+    from grader.grading import Budget, grade, select
     from grader.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
     from grader.submission import SubmissionNotFound, load_submission
 
@@ -90,9 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         print(reports.live_line(result), flush=True)
         if args.json:
             reports.write_json(report, args.json)
+        if args.gradescope:  # what is graded so far survives the run being stopped
+            reports.write_gradescope(report, rubric, time.perf_counter() - started, args.gradescope)
 
     try:
-        report = grade(submission, rubric, only=args.only, timeout=args.timeout, seed=args.seed, on_result=on_result)
+        report = grade(submission, rubric, only=args.only, timeout=args.timeout, seed=args.seed, on_result=on_result,
+                       budget=None if args.budget is None else Budget(args.budget, started_monotonic + args.budget))
     except KeyboardInterrupt:
         print("\ninterrupted: the report is incomplete", file=sys.stderr)
         return EXIT_USAGE

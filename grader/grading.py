@@ -26,6 +26,8 @@ from grader.rubric import HARDWARE, Criterion, Rubric
 from grader.submission import Submission
 
 STATUSES = ("passed", "failed", "timeout", "blocked", "error")
+# Less time than this left of a run's budget: the criterion is not started (it could not finish).
+MIN_CRITERION_SECONDS = 2.0
 
 
 @dataclass
@@ -42,6 +44,17 @@ class Result:
     seconds: float
     output: str = ""
     details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A whole run's time: ``seconds`` in all, ending at ``ends`` (a ``time.monotonic()`` value)."""
+
+    seconds: float
+    ends: float
+
+    def left(self) -> float:
+        return self.ends - time.monotonic()
 
 
 @dataclass
@@ -189,11 +202,14 @@ def grade(
     timeout: float | None = None,
     seed: int | None = None,
     on_result: Callable[[Report, Result], None] | None = None,
+    budget: Budget | None = None,
 ) -> Report:
     """Grade ``submission`` against the active criteria of ``rubric``.
 
     ``timeout`` replaces every criterion's own; ``seed`` (fresh when None) makes a run
     reproducible; ``on_result(report, result)`` is called as each criterion finishes.
+    ``budget``: the whole run's time; a criterion gets at most what is left of it, and once less
+    than ``MIN_CRITERION_SECONDS`` is left the rest are not run (status ``timeout``, with why).
 
     Raises:
         ValueError: ``only`` names no criterion.
@@ -207,6 +223,8 @@ def grade(
     if report.policy_findings:
         names = sorted({f["name"] for f in report.policy_findings})
         _flag(report, f"policy scan: {', '.join(names)}")
+    if submission.skipped:
+        report.notes.append(f"skipped in the archive: {'; '.join(submission.skipped)}")
     if submission.ignored:
         report.notes.append(f"ignored files in the submission (only the student files are graded): {', '.join(submission.ignored[:10])}")
     gpus = report.environment["gpus"]
@@ -236,7 +254,13 @@ def grade(
                 status, message = "failed", f"missing {submission.missing_file_for(criterion.problem)} (not in the submission)"
             elif broken is not None:
                 status, message = "error", broken
+            elif budget is not None and budget.left() < MIN_CRITERION_SECONDS:
+                status, message = "timeout", (
+                    f"not graded: the whole run's time budget ({budget.seconds:.0f} s) was used up before this criterion "
+                    "(earlier criteria ran long or timed out)"
+                )
             else:
+                limit, full_limit = (limit, limit) if budget is None else (min(limit, round(budget.left(), 1)), limit)
                 try:
                     outcome = harness.run(criterion, report.seed, limit)
                     if outcome.kind == "observation" and not outcome.envelope.get("tampered"):
@@ -245,6 +269,8 @@ def grade(
                         status, message = judge(criterion, report.seed, outcome, submission, limit, rubric.settings.output_limit_mb)
                     output = outcome.output
                     _note_outcome(report, criterion, outcome)
+                    if status == "timeout" and limit < full_limit:
+                        message += f" (its limit is {full_limit:g} s; only {limit:.0f} s of the run's {budget.seconds:.0f} s budget were left)"
                 except (HarnessError, OSError) as error:
                     status, message = "error", f"grader error running {criterion.id}: {error}"
             result = Result(

@@ -95,28 +95,46 @@ def write_json(report: Report, path: str | os.PathLike) -> None:
     write_atomic(path, json.dumps(as_json(report), indent=2) + "\n")
 
 
+GPU_NOTE = (
+    "Not graded here, and not counted in this score: {names}. This autograder has no GPU; "
+    "the course staff grade these criteria separately on GPUs."
+)
+UNFINISHED_NOTE = (
+    "Grading has not finished: only the criteria listed were graded. If this message stays, the "
+    "autograder was stopped (its time limit?) before the others; tell the course staff."
+)
+
+
 def gradescope(report: Report, rubric: Rubric, seconds: float) -> dict:
-    """Gradescope's results.json for ``report``."""
-    tests, index = [], {}
+    """Gradescope's results.json for ``report``: one test per criterion with the rubric's
+    visibility. Blocked criteria (hardware this machine lacks) are left out of the tests and
+    the score, so a CPU-only run never shows them as failed; a note names them."""
+    visibility = {criterion.id: criterion.visibility for criterion in rubric.criteria}
+    tests, index, blocked = [], {}, []
     for result in report.results:
         index[result.problem] = index.get(result.problem, 0) + 1
+        if result.status == "blocked":
+            blocked.append(f"{result.id} ({_points(result.points)} points, {result.message})")
+            continue
         output = result.message
         if result.output:
             output += f"\n\nYour code printed (last {OUTPUT_LINES_SHOWN} lines):\n{_output_tail(result)}"
-        test = {
+        tests.append({
             "name": f"{result.id}: {result.title}",
             "number": f"{result.problem}.{index[result.problem]}",
             "score": result.earned,
             "max_score": result.points,
             "status": "passed" if result.status == "passed" else "failed",
             "output": f"[{result.status}] {output}".rstrip() if result.status != "passed" else "passed",
-            "visibility": "visible",
-        }
-        tests.append(test)
+            "visibility": visibility.get(result.id, "visible"),
+        })
+    notes = [GPU_NOTE.format(names="; ".join(blocked))] if blocked else []
+    if not report.complete:
+        notes.append(UNFINISHED_NOTE)
     return {
-        "score": report.score,
+        "score": sum(test["score"] for test in tests),
         "execution_time": int(round(seconds)),
-        "output": summary(report, rubric).strip(),
+        "output": "\n\n".join([*notes, summary(report, rubric).strip()]),
         "tests": tests,
     }
 

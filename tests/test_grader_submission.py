@@ -50,7 +50,7 @@ def test_bad_zips_give_a_reason(tmp_path, entries, reason):
 def test_corrupt_zip(tmp_path):
     (tmp_path / "s.zip").write_bytes(b"PK\x03\x04 not really a zip")
     submission = load_submission(tmp_path / "s.zip")
-    assert "cannot read the zip" in submission.problem
+    assert "cannot read the archive s.zip" in submission.problem
 
 
 def test_symlink_is_refused(tmp_path):

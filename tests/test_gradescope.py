@@ -92,15 +92,7 @@ def test_results_json_is_written_when_the_grader_crashes(autograder_zip, tmp_pat
     assert "exit status 1" in results["output"] and "grader bug 1234" in results["output"]
 
 
-def test_answer_key_scores_every_point_it_can(autograder_zip, tmp_path):
-    # Nested as a student's zip often is: the files are found wherever they are.
-    files = {f"hw/minitorch/{n}": (REPO / "minitorch" / n).read_text()
-             for n in handout.STUDENT_FILES if (REPO / "minitorch" / n).exists()}
-    results = run_autograder(unpack(autograder_zip, tmp_path, files))
-    assert results["tests"], results.get("output")
-    for test in results["tests"]:
-        assert test["score"] == test["max_score"] or "blocked" in (test["name"] + test.get("output", "")).lower(), test
-    assert results["score"] == sum(t["score"] for t in results["tests"]) > 0
+# The answer key's run (on one CPU, by the README's own recipe) is in test_gradescope_run.py.
 
 
 def test_stubs_score_zero(autograder_zip, tmp_path):
