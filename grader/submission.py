@@ -153,7 +153,8 @@ def _choose(members: list[_Member], name: str) -> _Member | None:
     if len(found) > 1:
         raise ValueError(f"the archive holds several {name} ({', '.join(m.name for m in found)}); keep only one")
     if found[0].kind != "file":
-        raise ValueError(f"{found[0].name} in the archive is a {found[0].kind}, not a file")
+        kind = "device or pipe" if found[0].kind == "special" else found[0].kind
+        raise ValueError(f"{found[0].name} in the archive is a {kind}, not a file")
     if found[0].size > MAX_FILE_BYTES:
         raise ValueError(f"{found[0].name} is {found[0].size} bytes; the limit is {MAX_FILE_BYTES}")
     return found[0]

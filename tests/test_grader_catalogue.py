@@ -12,7 +12,13 @@ the submission folder, such as a conftest.py), ``settings`` (rubric ``[grader]``
 use, e.g. a low ``max_processes`` for a fork bomb), ``expect_review`` (default false: whether
 the report must say "needs review"), ``expect_policy`` (entries of the policy scan that must be
 found), ``expect_note`` (text some report note must contain) and ``requires_root`` (skip when
-the tests do not run as root: the defence needs it). Every entry is graded like the command
+the tests do not run as root: the defence needs it).
+
+Upload entries give ``archive`` (``"zip"``, ``"tar.gz"`` or ``"tgz"``): the submission is then
+that archive instead of a folder, the student file stored as ``prefix`` + its name (a prefix
+such as ``'hw5\\minitorch\\'`` is what a Windows zip holds) and each ``[[extra_file]]`` under
+its ``name`` as written (``__MACOSX/._pipeline.py``, ``../evil.py``); an extra file with ``link``
+instead of ``content`` is a symbolic link to that target. Every entry is graded like the command
 line does it, writing the JSON and Gradescope reports after every criterion; afterwards both
 must still be the parent's, complete and consistent (a hostile child must not have changed
 them), and no process the child started may be left.
@@ -20,10 +26,14 @@ them), and no process the child started may be left.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
+import stat
 import sys
+import tarfile
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -41,8 +51,9 @@ else:
 CATALOGUE = Path(__file__).resolve().parent / "catalogue"
 ENTRY_KEYS = {
     "description", "file", "replace", "source", "lose", "only", "timeout", "expect_status", "expect_message",
-    "extra_file", "settings", "expect_review", "expect_policy", "expect_note", "requires_root",
+    "extra_file", "settings", "expect_review", "expect_policy", "expect_note", "requires_root", "archive", "prefix",
 }
+ARCHIVE_MODES = {"zip": None, "tar.gz": "w:gz", "tgz": "w:gz"}
 BOUND_SECONDS = 60  # any entry, hostile ones included, is graded within this
 
 
@@ -73,6 +84,29 @@ def submission_files(entry: dict, name: str) -> dict[str, str]:
     return files
 
 
+def pack(entry: dict, name: str, out: Path) -> Path:
+    """The entry's submission as an archive of kind ``entry["archive"]``, as a student's tool writes it."""
+    members = [(entry.get("prefix", "") + entry["file"], build_source(entry, name), None)] if entry.get("file") else []
+    members += [(extra["name"], extra.get("content", ""), extra.get("link")) for extra in entry.get("extra_file", [])]
+    path = out / f"submission.{entry['archive']}"
+    if entry["archive"] == "zip":
+        with zipfile.ZipFile(path, "w") as archive:
+            for member, content, link in members:
+                info = zipfile.ZipInfo(member)
+                info.external_attr = ((stat.S_IFLNK | 0o777) if link else (stat.S_IFREG | 0o644)) << 16
+                archive.writestr(info, link or content)
+        return path
+    with tarfile.open(path, ARCHIVE_MODES[entry["archive"]]) as archive:
+        for member, content, link in members:
+            info = tarfile.TarInfo(member)
+            data = content.encode()
+            if link:
+                info.type, info.linkname, data = tarfile.SYMTYPE, link, b""
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
 def grade_like_the_cli(folder: Path, entry: dict, out: Path):
     """Grade ``folder`` writing report.json after every criterion and results.json at the end."""
     rubric = load_rubric()
@@ -97,7 +131,8 @@ def check_reports(report, json_path: Path, gradescope_path: Path, wait: bool) ->
         (r.id, r.status, r.earned) for r in report.results
     ]
     gradescope = json.loads(gradescope_path.read_text())
-    assert gradescope["score"] == report.score and len(gradescope["tests"]) == len(report.results)
+    graded = [r for r in report.results if r.status != "blocked"]  # blocked ones are a note, not a test
+    assert gradescope["score"] == report.score and len(gradescope["tests"]) == len(graded)
 
 
 @pytest.mark.parametrize("path", sorted(CATALOGUE.glob("*.toml")), ids=lambda p: p.stem)
@@ -105,7 +140,11 @@ def test_catalogue_entry(path: Path, tmp_path: Path):
     entry = load_entry(path)
     if entry.get("requires_root") and os.geteuid() != 0:
         pytest.skip("the defence this entry tests needs the grader to run as root")
-    folder = write_submission(tmp_path / "submission", submission_files(entry, path.name))
+    if "archive" in entry:
+        assert entry["archive"] in ARCHIVE_MODES, f"{path.name}: archive must be one of {sorted(ARCHIVE_MODES)}"
+        folder = pack(entry, path.name, tmp_path)
+    else:
+        folder = write_submission(tmp_path / "submission", submission_files(entry, path.name))
     started = time.monotonic()
     report, json_path, gradescope_path = grade_like_the_cli(folder, entry, tmp_path)
     assert time.monotonic() - started < BOUND_SECONDS
