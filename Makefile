@@ -2,31 +2,43 @@
 # The virtual environment is created on first use; a stamp file makes later runs install nothing.
 # Only the dependencies are installed, never this project itself: the answer key must not be
 # importable from site-packages, where a graded child process could reach it.
-# uv (requirements-lock.txt) is this repository's own tool: `make lock` and the pin checks.
-REQUIREMENTS := requirements.txt requirements-lock.txt
-include grader/kit/venv.mk
+# requirements-dev.txt: this repository's own tools (lint; uv for `make lock` and the pin checks).
+REQUIREMENTS := requirements.txt requirements-dev.txt
+include kit/templates/venv.mk
 .DEFAULT_GOAL := help
 BENCH_STAMP := $(VENV)/.installed-bench-python$(PYTHON_VERSION)
 SUBMISSION ?= minitorch
 PYTEST_ARGS ?=
+ARGS ?=
 
-.PHONY: help venv test grade bench handout handout-check gradescope lock clean
+.PHONY: help venv test test-fast lint grade bench handout handout-check gradescope lock clean
 
 help:
-	@echo "make test                       install (first run only) and run this project's tests"
+	@echo "make test                       install (first run only), lint, and run all of this project's tests"
+	@echo "make test-fast                  the edit loop: tests without the catalogue or multi-rank launches (< 60 s)"
+	@echo "make lint                       ruff and mypy"
 	@echo "make grade [SUBMISSION=path]    grade the answer key, or a submission folder / .zip"
 	@echo "make bench                      CPU speedup benchmarks (tables, JSON and a plot in benchmarks/results/)"
 	@echo "make handout                    regenerate the student kit handout/ (commit the result)"
 	@echo "make handout-check              fail if handout/ differs from a fresh generation"
 	@echo "make gradescope                 build dist/autograder.zip for Gradescope"
 	@echo "make lock [UPGRADE=1]           re-resolve constraints.txt (keeping its versions unless UPGRADE=1)"
+	@echo "make clean                      remove .venv and build leftovers (the next command reinstalls)"
 	@echo "variables: PYTHON=python3.11 (3.10-3.13), TORCH_INDEX_URL= (empty: PyPI's torch, CUDA on Linux)"
 
 venv: $(STAMP)
 
-# The drift check runs first: it is fast and says exactly what to do (`make handout`).
-test: $(STAMP) handout-check
+# The drift check and lint run first: they are fast and say exactly what to fix.
+test: $(STAMP) handout-check lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# No catalogue, no multi-rank launches, no slow tests: for the edit loop. `make test` is the gate.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not multirank" --ignore=tests/catalogue $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 $(BENCH_STAMP): $(STAMP) requirements-bench.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements-bench.txt
@@ -36,20 +48,20 @@ bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks.pipeline_speedup
 
 grade: $(STAMP)
-	$(PY) -m grader $(SUBMISSION)
+	$(PY) -m grader grade $(SUBMISSION) $(ARGS)
 
 handout: $(STAMP)
-	$(PY) -m grader.handout build --out handout
+	$(PY) -m kit build --out handout
 
 handout-check: $(STAMP)
-	$(PY) -m grader.handout check --out handout
+	$(PY) -m kit check --out handout
 
 gradescope: $(STAMP)
-	$(PY) -m grader.bundle --out dist/autograder.zip
+	$(PY) -m kit bundle --out dist/autograder.zip
 
 # One resolution for every supported Python and platform: environment markers fork it where a
 # package's newest release has dropped Python 3.10, and pip applies them itself.
-LOCK_INPUTS := requirements.txt requirements-bench.txt requirements-lock.txt
+LOCK_INPUTS := requirements.txt requirements-bench.txt requirements-dev.txt
 define LOCK_HEADER
 # The tested pins, for Python 3.10-3.13 on Linux, macOS and Windows, written by `make lock`
 # (uv pip compile --universal: one resolution, forked by environment markers that pip applies).

@@ -5,7 +5,7 @@ the two student files wherever the upload put them (Gradescope unpacks an upload
 may hold a folder, macOS metadata or Windows-style names such as ``hw\\pipeline.py``), or else
 one archive in the upload (a .zip, .tar.gz or .tgz that Gradescope left packed, read by the
 grader like any archive). It copies only those into a fresh folder and runs ``python -m grader
-FOLDER --gradescope RESULTS --budget SECONDS``, which rewrites results.json after every
+grade FOLDER --gradescope RESULTS --budget SECONDS``, which rewrites results.json after every
 criterion, so whatever stops the run leaves what was graded. The budget is the rubric's
 ``[gradescope] budget``; the grader is killed ``OUTER_MARGIN`` seconds after it. When the grader
 left no valid results.json, one with score 0 and the reason is written. Nothing here raises.
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,8 +22,11 @@ import time
 import traceback
 from pathlib import Path
 
-from grader.rubric import DEFAULT_RUBRIC, gradescope_budget
-from grader.submission import ARCHIVE_SUFFIXES, STUDENT_FILES, is_macos_metadata
+from grader.layout import DEFAULT_RUBRIC, REPOSITORY, STUDENT_FILES
+from grader.processes import kill_group
+from grader.protocol import write_atomic
+from grader.rubric import gradescope_budget
+from grader.submission import ARCHIVE_SUFFIXES, is_macos_metadata
 
 OUTER_MARGIN = 60.0  # seconds after the budget before the grader is killed (it stops itself first)
 LOG_TAIL = 4000
@@ -100,10 +102,7 @@ def _valid(results: Path) -> dict | None:
 def _write(results: Path, data: dict) -> None:
     """Atomically, like the grader's own writes: Gradescope may stop us at any moment."""
     results.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=".results.", dir=results.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-    os.replace(temporary, results)
+    write_atomic(results, json.dumps(data, indent=2) + "\n")
 
 
 def _fallback(results: Path, reason: str) -> None:
@@ -112,14 +111,14 @@ def _fallback(results: Path, reason: str) -> None:
 
 def _run_grader(target: Path, results: Path, source: Path, budget: float, timeout: float) -> tuple[int | None, str]:
     """Run the grader in its own process group; return (exit status or None when killed, log tail)."""
-    command = [sys.executable, "-m", "grader", str(target), "--gradescope", str(results), "--budget", f"{budget:.1f}"]
+    command = [sys.executable, "-m", "grader", "grade", str(target), "--gradescope", str(results), "--budget", f"{budget:.1f}"]
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(command, cwd=source, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         try:
             returncode = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_group(process.pid)
             process.wait()
             returncode = None
         log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL))
@@ -137,7 +136,7 @@ def grade(root: Path) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         target, notes = prepare(submission, Path(scratch))
         remaining = budget - (time.monotonic() - started)
-        returncode, tail = _run_grader(target, results, Path(__file__).resolve().parents[1], remaining,
+        returncode, tail = _run_grader(target, results, REPOSITORY, remaining,
                                        timeout - (time.monotonic() - started))
     data = _valid(results)
     if data is None:

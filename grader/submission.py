@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import os
 import stat
 import tarfile
@@ -20,10 +21,10 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import IO, cast
 
-STUDENT_FILES = ("pipeline.py", "tensor_parallel.py")
-# Which student file each homework problem (the part before the dot) is written in.
-FILE_OF_PROBLEM = {"2": "pipeline.py", "3": "tensor_parallel.py", "4": "pipeline.py"}
+from grader.layout import FILE_OF_PROBLEM, STUDENT_FILES, provided_names
+
 MAX_FILE_BYTES = 1_000_000
 # Archives a submission may be: what students upload, made on Windows, macOS or Linux.
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
@@ -99,13 +100,13 @@ def _from_folder(folder: Path) -> Submission:
 # Kinds of file that could change how Python or pytest runs if they were ever used (they never
 # are: only the student files are copied); the report names them so a TA sees the attempt.
 CODE_SUFFIXES = (".py", ".pth", ".ini", ".cfg", ".toml", ".so")
-PROVIDED_NAMES = frozenset(p.name for p in (Path(__file__).resolve().parents[1] / "minitorch").glob("*.py"))
+PROVIDED_NAMES = provided_names()
 
 
 def _other_files(folder: Path, limit: int = 200) -> list[str]:
     """Code and configuration files of the submission folder other than the student files
     and copies of the provided modules (never used; reported)."""
-    found = []
+    found: list[str] = []
     for root, folders, files in os.walk(folder):
         folders[:] = sorted(f for f in folders if f not in ("__pycache__", ".git"))
         for name in sorted(files):
@@ -160,6 +161,16 @@ def _choose(members: list[_Member], name: str) -> _Member | None:
     return found[0]
 
 
+def _choose_all(members: list[_Member]) -> dict[str, _Member]:
+    """Student file name -> the entry graded as that file (see :func:`_choose`)."""
+    chosen = {}
+    for name in STUDENT_FILES:
+        member = _choose(members, name)
+        if member is not None:
+            chosen[name] = member
+    return chosen
+
+
 def _skipped(members: list[_Member]) -> list[str]:
     """What the archive holds that is never looked at, in words (the report's notes)."""
     said = []
@@ -186,7 +197,7 @@ def _read_zip(path: Path) -> tuple[list[_Member], dict[str, _Member]]:
         if len(archive.infolist()) > MAX_ARCHIVE_ENTRIES:
             raise ValueError(f"the archive has {len(archive.infolist())} entries; the limit is {MAX_ARCHIVE_ENTRIES}")
         members = _zip_members(archive)
-        chosen = {name: member for name in STUDENT_FILES if (member := _choose(members, name))}
+        chosen = _choose_all(members)
         for member in chosen.values():
             with archive.open(member.name) as handle:
                 member.data = handle.read(MAX_FILE_BYTES + 1)
@@ -208,7 +219,9 @@ class _Bounded:
         return data
 
 
-TAR_OPENERS = {".tar.gz": gzip.open, ".tgz": gzip.open, ".tar": open}
+def _tar_stream(path: Path) -> io.BufferedIOBase:
+    """The archive's tar bytes: gunzipped for .tar.gz and .tgz."""
+    return gzip.GzipFile(path, "rb") if path.name.lower().endswith((".tar.gz", ".tgz")) else open(path, "rb")
 
 
 def _tar_kind(info: tarfile.TarInfo) -> str:
@@ -222,18 +235,18 @@ def _tar_kind(info: tarfile.TarInfo) -> str:
 def _read_tar(path: Path) -> tuple[list[_Member], dict[str, _Member]]:
     """One pass over the archive as a stream, never extracted: the student files are read into
     memory as they pass (an archive can only be read in order)."""
-    opener = next(function for suffix, function in TAR_OPENERS.items() if path.name.lower().endswith(suffix))
-    members = []
-    with opener(path, "rb") as raw, tarfile.open(fileobj=_Bounded(raw, MAX_UNPACKED_BYTES), mode="r|") as archive:
+    members: list[_Member] = []
+    bounded = cast(IO[bytes], _Bounded(raw := _tar_stream(path), MAX_UNPACKED_BYTES))  # read() is all tarfile's stream mode uses
+    with raw, tarfile.open(fileobj=bounded, mode="r|") as archive:
         for info in archive:
             if len(members) >= MAX_ARCHIVE_ENTRIES:
                 raise ValueError(f"the archive has more than {MAX_ARCHIVE_ENTRIES} entries")
             member = _Member(info.name, _parts(info.name), _tar_kind(info), info.size)
             if member.kind == "file" and member.parts and member.parts[-1] in STUDENT_FILES and member.size <= MAX_FILE_BYTES:
-                member.data = archive.extractfile(info).read()
+                handle = archive.extractfile(info)
+                member.data = handle.read() if handle is not None else None
             members.append(member)
-    chosen = {name: member for name in STUDENT_FILES if (member := _choose(members, name))}
-    return members, chosen
+    return members, _choose_all(members)
 
 
 def _from_archive(path: Path) -> Submission:

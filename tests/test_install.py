@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 UV = Path(sys.executable).parent / "uv"
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 OLDEST = SUPPORTED_PYTHONS[0]
-LOCK_INPUTS = ("requirements.txt", "requirements-bench.txt", "requirements-lock.txt")
+LOCK_INPUTS = ("requirements.txt", "requirements-bench.txt", "requirements-dev.txt")
 # uv's name for each platform, and the environment markers pip evaluates there. torch 2.13's
 # macOS wheels are for macOS 14 or newer (uv's own default target is older).
 PLATFORMS = {
@@ -93,10 +93,11 @@ def pin_problems(constraints: Path, python: str, platform_name: str, *extra: str
 
 @pytest.fixture(scope="module")
 def uv() -> Path:
-    assert UV.exists(), f"{UV} is missing: `make venv` installs uv from requirements-lock.txt"
+    assert UV.exists(), f"{UV} is missing: `make venv` installs uv from requirements-dev.txt"
     return UV
 
 
+@pytest.mark.slow  # eight resolutions against the package index
 def test_pins_resolve_for_every_supported_python_and_platform(uv):
     jobs = [(python, name) for python in SUPPORTED_PYTHONS for name in PLATFORMS]
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
@@ -104,6 +105,7 @@ def test_pins_resolve_for_every_supported_python_and_platform(uv):
     assert [p for found in problems for p in found] == []
 
 
+@pytest.mark.slow  # two resolutions against the package index
 def test_the_pin_check_fails_for_a_pin_python_3_10_cannot_install_or_a_missing_pin(uv, tmp_path):
     text = (REPO / "constraints.txt").read_text()
     numpy_for_all = tmp_path / "numpy-for-all.txt"  # the mistake this check was written for
@@ -123,6 +125,7 @@ def local_cpu_wheels() -> list[Path]:
     return sorted({Path(p) for folder in folders for p in glob.glob(os.path.join(folder.removeprefix("file://"), "torch-*+cpu-*.whl"))})
 
 
+@pytest.mark.slow  # two resolutions against the package index
 def test_linux_default_torch_index_gives_the_cpu_build_without_cuda_packages(uv, tmp_path):
     """PyPI's Linux torch pulls CUDA packages; an extra index holding the "+cpu" build (what
     TORCH_INDEX_URL adds, pip picking the best match across indexes) leaves none. PyTorch's CPU
@@ -220,6 +223,7 @@ def old_python(tmp_path: Path) -> tuple[str, str]:
     return str(stand_in), "3.9"
 
 
+@pytest.mark.slow  # make probes every supported Python
 @pytest.mark.parametrize("makefile", ["kit", "course"])
 def test_an_old_python_gets_one_line_saying_what_to_do(tmp_path, makefile):
     python, version = old_python(tmp_path)
@@ -239,6 +243,7 @@ def venv_python_version(folder: Path) -> str:
                           capture_output=True, text=True, timeout=30).stdout.strip()
 
 
+@pytest.mark.slow  # creates a virtual environment
 def test_a_venv_made_by_another_python_or_broken_is_rebuilt(tmp_path):
     pythons = [(v, p) for v in SUPPORTED_PYTHONS if (p := find_python(v))][:2]
     if len(pythons) < 2:
@@ -269,12 +274,12 @@ def test_linux_installs_torch_from_the_cpu_index_unless_told_otherwise(tmp_path)
     if os.uname().sysname == "Linux":
         assert cpu_index in make(kit, "-n", "venv", f"PYTHON={sys.executable}").stdout
     assert "--extra-index-url" not in make(kit, "-n", "venv", f"PYTHON={sys.executable}", "TORCH_INDEX_URL=").stdout
-    setup = (REPO / "grader" / "gradescope" / "setup.sh").read_text()
+    setup = (REPO / "kit" / "gradescope" / "setup.sh").read_text()
     assert 'TORCH_INDEX_URL="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"' in setup
 
 
 def test_course_and_kit_makefiles_share_the_venv_rules():
     makefile = (REPO / "Makefile").read_text()
-    assert "include grader/kit/venv.mk" in makefile
-    assert (REPO / "grader" / "kit" / "venv.mk").read_text().strip() in (REPO / "handout" / "Makefile").read_text()
+    assert "include kit/templates/venv.mk" in makefile
+    assert (REPO / "kit" / "templates" / "venv.mk").read_text().strip() in (REPO / "handout" / "Makefile").read_text()
 
