@@ -33,6 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.similarity import add_arguments as add_similarity_arguments
+from grader.similarity import check_arguments as check_similarity_arguments
 from grader.submission import STUDENT_FILES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -230,6 +232,8 @@ def run_batch(
     roster: Path | None = None,
     grader_command: list[str] | None = None,
     progress=print,
+    similarity: dict | None = None,
+    html: Path | None = None,
 ) -> list[Outcome]:
     """Grade every student of ``folder``, write the CSV; return the outcomes in name order."""
     grader_command = grader_command or [sys.executable, "-m", "grader"]
@@ -263,8 +267,16 @@ def run_batch(
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         outcomes = list(pool.map(grade, students))
+    if similarity is not None:  # flags only, never a score: grader/similarity.py
+        from grader.similarity import flag_batch
+
+        flag_batch(outcomes, reports, progress=progress, **similarity)
     rows = canvas_rows(outcomes, assignment, roster_index) if canvas else default_rows(outcomes)
     write_csv(csv_path, rows)
+    if html is not None:
+        from grader.dashboard import write
+
+        write(reports, html)
     return outcomes
 
 
@@ -282,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         help='Canvas column header; copy it from a gradebook export, e.g. "HW5 (123456)"',
     )
     parser.add_argument("--roster", type=Path, help="a Canvas gradebook export CSV to take identities from")
+    parser.add_argument("--html", type=Path, help="also write the class dashboard (one HTML file) here")
+    add_similarity_arguments(parser)
     args = parser.parse_args(argv)
+    check_similarity_arguments(parser, args)
     if not args.folder.is_dir():
         parser.error(f"{args.folder} is not a folder")
     if args.jobs < 1 or args.timeout <= 0:
@@ -290,8 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.roster and not args.roster.is_file():
         parser.error(f"roster {args.roster} not found")
     start = time.monotonic()
+    similarity = None if args.no_similarity else {"threshold": args.similarity_threshold, "public_folder": args.public_solutions}
     outcomes = run_batch(
-        args.folder, args.csv, args.jobs, args.timeout, args.canvas, args.assignment, args.roster
+        args.folder, args.csv, args.jobs, args.timeout, args.canvas, args.assignment, args.roster,
+        similarity=similarity, html=args.html,
     )
     review = [o.student for o in outcomes if "needs_review" in o.flags]
     print(f"graded {len(outcomes)} students in {time.monotonic() - start:.1f} s -> {args.csv}")

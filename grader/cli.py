@@ -1,4 +1,5 @@
-"""``python -m grader PATH ...``: grade one submission (``python -m grader batch ...``: many).
+"""``python -m grader PATH ...``: grade one submission (``python -m grader batch ...``: many;
+``python -m grader dashboard REPORTS --html FILE``: the class dashboard of a batch).
 
 Exit status: 0 when grading ran to completion, whatever the score; 1 with
 ``--require-full`` unless every criterion that is not blocked passed; 2 for bad usage (no
@@ -20,7 +21,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m grader",
         description="Grade a submission criterion by criterion, each in an isolated child process.",
-        epilog="`python -m grader batch FOLDER --csv FILE` grades a folder of submissions.",
+        epilog="`python -m grader batch FOLDER --csv FILE` grades a folder of submissions; "
+        "`python -m grader dashboard REPORTS --html FILE` builds the class dashboard of a batch.",
     )
     parser.add_argument("path", metavar="PATH", help="a folder with pipeline.py and/or tensor_parallel.py, or a .zip of one")
     parser.add_argument("--json", metavar="FILE", help="write the report as JSON (rewritten after every criterion)")
@@ -60,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "batch":
         return _batch(argv[1:])
+    if argv and argv[0] == "dashboard":
+        from grader.dashboard import main as dashboard
+
+        return dashboard(argv[1:])
     args = _parser().parse_args(argv)
     started = time.perf_counter()
     if args.timeout is not None and not args.timeout > 0:
