@@ -36,10 +36,13 @@ STUB_LINE = re.compile(r'^(?P<indent>[ \t]*)raise NotImplementedError\("Problem 
 SOLUTION = re.compile(r"# BEGIN SOLUTION (\d+\.\d+)\n(.*?)# END SOLUTION", re.S)
 
 
-def library_bodies(minimum_lines: int = 4) -> list[str]:
-    """Function bodies of the standard library's modules, dedented, docstrings dropped."""
-    bodies = []
-    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+def library_bodies(count: int, minimum_lines: int = 4) -> list[str]:
+    """``count`` function bodies (or all there are) of the standard library's modules,
+    dedented, docstrings dropped."""
+    bodies: list[str] = []
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).rglob("*.py")):
+        if len(bodies) >= count:
+            break
         try:
             source = path.read_text()
             tree = ast.parse(source)
@@ -72,7 +75,9 @@ def fill(stub: str, lengths: list[int], bodies: list[str]) -> str:
             out.append(line)
             continue
         wanted, code = lengths[min(region, len(lengths) - 1)], []
-        while len(code) < wanted and bodies:
+        while len(code) < wanted:
+            if not bodies:
+                raise RuntimeError("the standard library ran out of function bodies for this many students")
             code += bodies.pop().splitlines()
         out += [match["indent"] + text if text else "" for text in code]
         region += 1
@@ -91,9 +96,9 @@ def disguise(text: str, rng: random.Random) -> str:
 def make_class(folder: Path, students: int, copies: int, seed: int) -> tuple[set[tuple[str, str]], Path]:
     """Write the class and a public-solutions folder; return the planted pairs and that folder."""
     rng = random.Random(seed)
-    bodies = library_bodies()
-    rng.shuffle(bodies)
     stubs, lengths = similarity.read_stubs(), solution_lengths()
+    bodies = library_bodies(students * sum(map(len, lengths.values())) * 2)  # each filled region takes about two
+    rng.shuffle(bodies)
     names = [f"student{index:03d}" for index in range(students)]
     copiers = dict(zip(names[-copies - 1:-1], names[:copies]))  # copier -> whom they copied
     public_copier = names[-1]

@@ -232,6 +232,20 @@ def _compare(file: str, a: tuple[str, object, str], b: tuple[str, object, str], 
     return FileMatch(file, similarity, int(overlap), regions)
 
 
+def _fingerprints(file: str, sources: dict[str, dict[str, str]], boilerplate) -> list[tuple[str, object, str]]:
+    """``(name, fingerprint, text)`` of every source that has ``file``; identical texts (an
+    untouched stub, a shared copy) are fingerprinted once."""
+    done: dict[str, object] = {}
+    found = []
+    for name, files in sorted(sources.items()):
+        if file in files:
+            text = files[file]
+            if text not in done:
+                done[text] = _fingerprint(text, boilerplate)
+            found.append((name, done[text], text))
+    return found
+
+
 def find_pairs(
     sources: dict[str, dict[str, str]],
     stubs: dict[str, str],
@@ -247,7 +261,7 @@ def find_pairs(
     common_limit = max(COMMON_STUDENTS, COMMON_SHARE * len(sources))
     for file in STUDENT_FILES:
         boilerplate = np.unique(np.array(sorted(_fingerprint(stubs.get(file, ""), window=1).hashes), dtype=np.int64))
-        students = [(n, _fingerprint(f[file], boilerplate), f[file]) for n, f in sorted(sources.items()) if file in f]
+        students = _fingerprints(file, sources, boilerplate)
         counts = Counter(h for _, fingerprint, _ in students for h in fingerprint.hashes)
         common = {h for h, count in counts.items() if count > common_limit}
         students = [(n, _without(fingerprint, common), text) for n, fingerprint, text in students]
