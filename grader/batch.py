@@ -1,30 +1,31 @@
 """Grade a folder of submissions into a gradebook CSV: ``python -m grader batch``.
 
     python -m grader batch FOLDER --csv grades.csv [--jobs N] [--timeout S]
-                                  [--canvas [--assignment HEADER] [--roster EXPORT.csv]]
+                                  [--canvas [--assignment HEADER] [--roster EXPORT.csv]] [--html FILE]
+                                  [--similarity-threshold SHARE] [--public-solutions DIR] [--no-similarity]
 
 Every subfolder or ``.zip`` in FOLDER is one student, named after the folder or the zip's
-stem. Each student is graded by ``python -m grader STUDENT --json REPORT`` in its own process
+stem. Each student is graded by ``python -m grader grade STUDENT --json REPORT`` in its own process
 group, killed after ``--timeout`` seconds, so one student's crash, hang or garbage never stops
 the batch. Reports and logs go to ``<csv stem>-reports/`` beside the CSV.
 
 The default CSV has one row per student: ``student``, one column per problem (``2.1``,
 ``2.2``, ...), ``total``, ``max_score``, ``status`` (graded / timeout / error), ``flags``
 (``;``-separated: ``missing:FILE``, ``criterion_errors=N``, ``blocked_points=X``,
-``policy_findings=N`` (the static scan of grader/policy.py), ``duplicate_name``, ``needs_review``) and ``report``. A score cell is empty when no
+``policy_findings=N`` (the static scan of grader/policy.py), ``duplicate_name``,
+``similar_to=STUDENT`` (grader/similarity.py, run after grading), ``needs_review``) and ``report``. A score cell is empty when no
 trustworthy score exists (the row then says needs_review); a timed-out student keeps the
 points of the criteria finished before the timeout. ``--canvas`` writes Canvas's gradebook
 import layout instead (see :func:`canvas_rows`). Every cell starting with ``= + - @`` (or a tab
 or carriage return) is prefixed with ``'`` so a spreadsheet never runs it as a formula.
+``--html`` also writes the class dashboard (grader/dashboard.py).
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -33,19 +34,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.similarity import add_arguments as add_similarity_arguments
-from grader.similarity import check_arguments as check_similarity_arguments
-from grader.submission import STUDENT_FILES
+from grader import similarity
+from grader.layout import REPOSITORY, STUDENT_FILES, UID_SLOT_VARIABLE
+from grader.processes import kill_group
+from grader.protocol import read_json_report
 
-REPO = Path(__file__).resolve().parents[1]
-UID_SLOT = "GRADER_UID_SLOT"  # read by grader.harness: children of slot k run as the user's uid - k
-MAX_REPORT_BYTES = 10_000_000
 CANVAS_IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 
 
 @dataclass
-class Outcome:
-    """What grading one student produced."""
+class StudentGrade:
+    """What grading one student produced: a row of the gradebook."""
 
     student: str
     path: Path
@@ -80,41 +79,14 @@ def _safe_file_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".") or "student"
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
-
-
-def _read_report(path: Path) -> dict | None:
-    """The grader's JSON report, or None when it is missing, too big or not the schema."""
-    try:
-        if path.stat().st_size > MAX_REPORT_BYTES:
-            return None
-        report = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(report, dict) or report.get("schema_version") != 1:
-        return None
-    criteria = report.get("criteria")
-    if not isinstance(criteria, list) or not all(
-        isinstance(c, dict) and isinstance(c.get("problem"), str) and isinstance(c.get("earned"), (int, float))
-        for c in criteria
-    ):
-        return None
-    return report
-
-
-def _apply_report(outcome: Outcome, report: dict) -> None:
+def _apply_report(outcome: StudentGrade, report: dict) -> None:
     for criterion in report["criteria"]:
         problem = criterion["problem"]
         outcome.problems[problem] = outcome.problems.get(problem, 0) + criterion["earned"]
     outcome.score = sum(c["earned"] for c in report["criteria"])
     max_score = report.get("max_score")
     outcome.max_score = max_score if isinstance(max_score, (int, float)) else None
-    files = report.get("files") if isinstance(report.get("files"), dict) else {}
+    files = report["files"] if isinstance(report.get("files"), dict) else {}
     outcome.flags += [f"missing:{name}" for name in STUDENT_FILES if name not in files]
     errors = sum(1 for c in report["criteria"] if c.get("status") == "error")
     if errors:
@@ -132,25 +104,26 @@ def _apply_report(outcome: Outcome, report: dict) -> None:
 def grade_student(
     name: str, path: Path, reports: Path, timeout: float, grader_command: list[str], flags: list[str],
     slot: int = 0,
-) -> Outcome:
+) -> StudentGrade:
     """Grade one student in a child process group; never raises for anything the student did."""
     stem = _safe_file_name(name)
-    outcome = Outcome(name, path, reports / f"{stem}.json", flags=list(flags))
+    outcome = StudentGrade(name, path, reports / f"{stem}.json", flags=list(flags))
     outcome.report_path.unlink(missing_ok=True)
     start = time.monotonic()
     with open(reports / f"{stem}.log", "wb") as log:
         process = subprocess.Popen(
             [*grader_command, str(path), "--json", str(outcome.report_path)],
-            cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, UID_SLOT: str(slot)},
+            cwd=REPOSITORY, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, UID_SLOT_VARIABLE: str(slot)},
         )
         try:
             returncode = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(process)
+            kill_group(process.pid)
+            process.wait()
             returncode = None
     outcome.seconds = time.monotonic() - start
-    report = _read_report(outcome.report_path)
+    report = read_json_report(outcome.report_path)
     if report is not None:
         _apply_report(outcome, report)
     if returncode is None:
@@ -176,9 +149,9 @@ def _problem_key(problem: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in problem.split("."))
 
 
-def default_rows(outcomes: list[Outcome]) -> list[list[object]]:
+def default_rows(outcomes: list[StudentGrade]) -> list[list[object]]:
     problems = sorted({p for o in outcomes for p in o.problems}, key=_problem_key)
-    rows = [["student", *problems, "total", "max_score", "status", "flags", "report"]]
+    rows: list[list[object]] = [["student", *problems, "total", "max_score", "status", "flags", "report"]]
     for o in outcomes:
         scores = [o.problems.get(p) if o.score is not None else None for p in problems]
         rows.append([o.student, *scores, o.score, o.max_score, o.status, ";".join(o.flags), str(o.report_path)])
@@ -189,7 +162,7 @@ def read_roster(path: Path) -> dict[str, dict[str, str]]:
     """A Canvas gradebook export, indexed by every identifier a folder may be named after."""
     with open(path, newline="", encoding="utf-8-sig") as handle:
         people = [row for row in csv.DictReader(handle) if (row.get("ID") or "").strip().isdigit()]
-    index = {}
+    index: dict[str, dict[str, str]] = {}
     for person in people:
         for key in ("SIS Login ID", "SIS User ID", "ID"):
             if person.get(key):
@@ -197,7 +170,7 @@ def read_roster(path: Path) -> dict[str, dict[str, str]]:
     return index
 
 
-def canvas_rows(outcomes: list[Outcome], assignment: str, roster: dict[str, dict[str, str]] | None) -> list[list]:
+def canvas_rows(outcomes: list[StudentGrade], assignment: str, roster: dict[str, dict[str, str]] | None) -> list[list[object]]:
     """Canvas's gradebook import layout: Student, ID, SIS User ID, SIS Login ID, Section, then
     one column for the assignment holding the total.
 
@@ -206,7 +179,7 @@ def canvas_rows(outcomes: list[Outcome], assignment: str, roster: dict[str, dict
     folder name goes into Student and SIS User ID. Unmatched or unscored rows are left with an
     empty score, which Canvas treats as "no change".
     """
-    rows = [[*CANVAS_IDENTITY, assignment]]
+    rows: list[list[object]] = [[*CANVAS_IDENTITY, assignment]]
     for o in outcomes:
         person = (roster or {}).get(o.student)
         if person is not None:
@@ -232,21 +205,21 @@ def run_batch(
     roster: Path | None = None,
     grader_command: list[str] | None = None,
     progress=print,
-    similarity: dict | None = None,
+    similarity_options: dict | None = None,
     html: Path | None = None,
-) -> list[Outcome]:
+) -> list[StudentGrade]:
     """Grade every student of ``folder``, write the CSV; return the outcomes in name order."""
-    grader_command = grader_command or [sys.executable, "-m", "grader"]
+    grader_command = grader_command or [sys.executable, "-m", "grader", "grade"]
     roster_index = read_roster(roster) if roster else None
     students = find_students(folder)
     reports = csv_path.parent / f"{csv_path.stem}-reports"
     reports.mkdir(parents=True, exist_ok=True)
     done, lock = 0, threading.Lock()
-    slots = queue.SimpleQueue()  # concurrent students' children run as distinct uids (see harness)
+    slots: queue.SimpleQueue[int] = queue.SimpleQueue()  # concurrent students' children run as distinct uids (see harness)
     for slot in range(max(1, jobs)):
         slots.put(slot)
 
-    def grade(student: tuple[str, Path, list[str]]) -> Outcome:
+    def grade(student: tuple[str, Path, list[str]]) -> StudentGrade:
         nonlocal done
         slot = slots.get()
         try:
@@ -267,10 +240,8 @@ def run_batch(
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         outcomes = list(pool.map(grade, students))
-    if similarity is not None:  # flags only, never a score: grader/similarity.py
-        from grader.similarity import flag_batch
-
-        flag_batch(outcomes, reports, progress=progress, **similarity)
+    if similarity_options is not None:  # flags only, never a score
+        similarity.flag_batch(outcomes, reports, progress=progress, **similarity_options)
     rows = canvas_rows(outcomes, assignment, roster_index) if canvas else default_rows(outcomes)
     write_csv(csv_path, rows)
     if html is not None:
@@ -280,10 +251,8 @@ def run_batch(
     return outcomes
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m grader batch", description="Grade every subfolder / .zip of FOLDER into a CSV."
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``batch`` command's arguments."""
     parser.add_argument("folder", type=Path, help="one subfolder or .zip per student")
     parser.add_argument("--csv", type=Path, required=True, help="the gradebook CSV to write")
     parser.add_argument("--jobs", type=int, default=1, help="students graded at once (default 1)")
@@ -295,27 +264,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--roster", type=Path, help="a Canvas gradebook export CSV to take identities from")
     parser.add_argument("--html", type=Path, help="also write the class dashboard (one HTML file) here")
-    add_similarity_arguments(parser)
-    args = parser.parse_args(argv)
-    check_similarity_arguments(parser, args)
-    if not args.folder.is_dir():
-        parser.error(f"{args.folder} is not a folder")
-    if args.jobs < 1 or args.timeout <= 0:
-        parser.error("--jobs must be >= 1 and --timeout > 0")
-    if args.roster and not args.roster.is_file():
-        parser.error(f"roster {args.roster} not found")
+    similarity.add_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``python -m grader batch``."""
+    problem = (
+        f"{args.folder} is not a folder" if not args.folder.is_dir()
+        else "--jobs must be >= 1 and --timeout > 0" if args.jobs < 1 or args.timeout <= 0
+        else f"roster {args.roster} not found" if args.roster and not args.roster.is_file()
+        else similarity.argument_problem(args)
+    )
+    if problem is not None:
+        print(f"python -m grader batch: error: {problem}", file=sys.stderr)
+        return 2
     start = time.monotonic()
-    similarity = None if args.no_similarity else {"threshold": args.similarity_threshold, "public_folder": args.public_solutions}
+    options = None if args.no_similarity else {"threshold": args.similarity_threshold, "public_folder": args.public_solutions}
     outcomes = run_batch(
         args.folder, args.csv, args.jobs, args.timeout, args.canvas, args.assignment, args.roster,
-        similarity=similarity, html=args.html,
+        similarity_options=options, html=args.html,
     )
     review = [o.student for o in outcomes if "needs_review" in o.flags]
     print(f"graded {len(outcomes)} students in {time.monotonic() - start:.1f} s -> {args.csv}")
     if review:
         print(f"needs review ({len(review)}): {', '.join(review)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

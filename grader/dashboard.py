@@ -30,8 +30,9 @@ from pathlib import Path
 import jinja2
 
 from grader import similarity
-from grader.batch import _problem_key, _read_report
-from grader.submission import STUDENT_FILES
+from grader.batch import _problem_key
+from grader.layout import DEFAULT_RUBRIC, STUDENT_FILES
+from grader.protocol import read_json_report
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MAX_MESSAGE_CHARS = 4000  # per criterion in a student's section; the JSON report has all of it
@@ -110,7 +111,7 @@ def load_students(reports: Path) -> list[Student]:
     stems = sorted({p.stem for p in reports.glob("*.json") if p.name != similarity.SIMILARITY_FILE} | {p.stem for p in reports.glob("*.log")})
     students, seen = [], set()
     for index, stem in enumerate(stems):
-        report = _read_report(reports / f"{stem}.json")
+        report = read_json_report(reports / f"{stem}.json")
         name = student_name(report.get("submission"), stem) if report else stem
         if name in seen:  # alice/ and alice.zip, as batch names them
             name = Path(report["submission"]).name if report else stem
@@ -137,7 +138,7 @@ def review_reasons(student: Student) -> list[tuple[str, str]]:
         ids = [c["id"] for c in student.criteria if c["status"] == kind]
         if ids:
             reasons.append((kind, f"{kind} in {', '.join(ids)}"))
-    files = report.get("files") if isinstance(report.get("files"), dict) else {}
+    files = report["files"] if isinstance(report.get("files"), dict) else {}
     reasons += [("missing", f"missing {name}") for name in STUDENT_FILES if name not in files]
     review = _list(report.get("review_reasons"))
     reasons += [("review", f"needs review: {_text(reason, 300)}") for reason in review]
@@ -234,7 +235,7 @@ def class_blocked(students: list[Student]) -> list[str]:
 
 def problem_titles() -> dict[str, str]:
     """The problems' titles from the default rubric; none if it cannot be read."""
-    from grader.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
+    from grader.rubric import RubricError, load_rubric
 
     try:
         return dict(load_rubric(DEFAULT_RUBRIC).problem_titles)
@@ -266,15 +267,15 @@ def summarise(reports: Path) -> dict:
         if extra:
             student.reasons.append(("blocked", f"blocked: {', '.join(extra)}"))
     graded = [s for s in students if s.report]
-    scores = [s.score for s in graded]
+    scores = [s.score for s in graded if s.score is not None]
     criteria = criterion_rows(students)
     top = Counter(s.achievable for s in graded).most_common(1)[0][0] if graded else 0
     return {
         "students": students, "by_name": by_name, "graded": graded, "scores": scores, "top": top,
         "mean": statistics.fmean(scores) if scores else None,
         "median": statistics.median(scores) if scores else None,
-        "full": sum(1 for s in graded if s.score >= s.achievable > 0),
-        "zero": sum(1 for s in graded if s.score == 0),
+        "full": sum(1 for s in graded if s.score is not None and s.score >= s.achievable > 0),
+        "zero": scores.count(0),
         "histogram": histogram(scores, top),
         "problems": problem_rows(students, criteria, problem_titles()),
         "criteria": criteria,
@@ -318,23 +319,20 @@ def write(reports: Path, html: Path, title: str = "Class dashboard") -> dict:
     return context
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m grader dashboard", description="Build the class dashboard (one HTML file) from a batch's reports folder."
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``dashboard`` command's arguments."""
     parser.add_argument("reports", type=Path, help="the <csv stem>-reports/ folder that `python -m grader batch` wrote")
     parser.add_argument("--html", type=Path, required=True, help="the HTML file to write")
     parser.add_argument("--title", default="Class dashboard", help="the page's title")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``python -m grader dashboard``."""
     try:
         context = write(args.reports, args.html, args.title)
     except DashboardError as error:
-        print(f"python -m grader dashboard: {error}", file=sys.stderr)
+        print(f"python -m grader dashboard: error: {error}", file=sys.stderr)
         return 2
     print(f"{len(context['students'])} students, {len(context['look_at'])} to look at, "
           f"{len(context['pairs'])} similar pairs -> {args.html}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

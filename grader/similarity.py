@@ -31,11 +31,12 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from grader.submission import STUDENT_FILES, SubmissionNotFound, load_submission
+from grader.layout import PACKAGE, REPOSITORY, STUDENT_FILES
+from grader.submission import SubmissionNotFound, load_submission
 
-REPO = Path(__file__).resolve().parents[1]
-STUBS = REPO / "handout" / "minitorch"  # the student files as the kit hands them out
+STUBS = REPOSITORY / "handout" / PACKAGE  # the student files as the kit hands them out (make handout)
 SCHEMA = "similarity-1"
 DEFAULT_THRESHOLD = 0.5
 NOISE = 25  # k: tokenised characters per fingerprint; shorter matches are noise (copydetect's default)
@@ -47,6 +48,9 @@ PUBLIC_PREFIX = "public:"
 # Written into batch's reports folder; '@' never occurs in a report's name there (batch names
 # them with letters, digits, - _ and . only), so no student's report can be overwritten.
 SIMILARITY_FILE = "similarity@class.json"
+
+
+Fingerprint = Any  # copydetect.CodeFingerprint, imported only when the pass runs (it imports matplotlib)
 
 
 class SimilarityError(Exception):
@@ -94,23 +98,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-similarity", action="store_true", help="skip the similarity pass")
 
 
-def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Bad similarity options stop ``batch`` before it grades anyone."""
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the similarity options, if anything: ``batch`` says it and stops
+    before it grades anyone."""
     if args.no_similarity:
-        return
+        return None
     if not 0 < args.similarity_threshold <= 1:
-        parser.error(f"--similarity-threshold must be in (0, 1], got {args.similarity_threshold:g}")
+        return f"--similarity-threshold must be in (0, 1], got {args.similarity_threshold:g}"
     if args.public_solutions is not None and not args.public_solutions.is_dir():
-        parser.error(f"--public-solutions {args.public_solutions} is not a folder")
+        return f"--public-solutions {args.public_solutions} is not a folder"
     try:
         read_stubs()
     except SimilarityError as error:
-        parser.error(f"{error} (or pass --no-similarity)")
+        return f"{error} (or pass --no-similarity)"
+    return None
 
 
 def flag_batch(outcomes: list, reports: Path, threshold: float = DEFAULT_THRESHOLD, public_folder: Path | None = None,
                progress=print) -> None:
-    """After grading: the pass over the batch's students (``Outcome``s of grader.batch), its
+    """After grading: the pass over the batch's students (``StudentGrade``s of grader.batch), its
     pairs into ``reports``/SIMILARITY_FILE, and ``similar_to=<name>`` and ``needs_review``
     on both students' flags. A failure of the pass is reported and costs only the flags."""
     try:
@@ -218,7 +224,7 @@ def _excerpt(lines: list[str], first: int, last: int, given: set[str]) -> str:
     return "\n".join(out)
 
 
-def _compare(file: str, a: tuple[str, object, str], b: tuple[str, object, str], threshold: float, given: set[str]) -> FileMatch | None:
+def _compare(file: str, a: tuple[str, Fingerprint, str], b: tuple[str, Fingerprint, str], threshold: float, given: set[str]) -> FileMatch | None:
     from copydetect import compare_files
 
     (_, fingerprint_a, text_a), (_, fingerprint_b, text_b) = a, b
@@ -232,10 +238,10 @@ def _compare(file: str, a: tuple[str, object, str], b: tuple[str, object, str], 
     return FileMatch(file, similarity, int(overlap), regions)
 
 
-def _fingerprints(file: str, sources: dict[str, dict[str, str]], boilerplate) -> list[tuple[str, object, str]]:
+def _fingerprints(file: str, sources: dict[str, dict[str, str]], boilerplate) -> list[tuple[str, Fingerprint, str]]:
     """``(name, fingerprint, text)`` of every source that has ``file``; identical texts (an
     untouched stub, a shared copy) are fingerprinted once."""
-    done: dict[str, object] = {}
+    done: dict[str, Fingerprint] = {}
     found = []
     for name, files in sorted(sources.items()):
         if file in files:
@@ -327,18 +333,21 @@ def read(path: Path) -> list[Pair]:
     return [_pair(entry, f"{path}: pair {index + 1}") for index, entry in enumerate(data["pairs"])]
 
 
-def _pair(entry: object, where: str) -> Pair:
+def _pair(entry: Any, where: str) -> Pair:
     try:
-        files = [
-            FileMatch(
-                str(match["file"]), (float(match["similarity"][0]), float(match["similarity"][1])), int(match["overlap"]),
-                tuple([Region(int(r["first"]), int(r["last"]), str(r["text"])) for r in side] for side in match["regions"]),
-            )
-            for match in entry["files"]
-        ]
+        files = [_file_match(match) for match in entry["files"]]
         pair = Pair(str(entry["a"]), str(entry["b"]), files)
     except (TypeError, KeyError, ValueError, IndexError) as error:
         raise SimilarityError(f"{where}: malformed ({type(error).__name__}: {error})") from error
-    if not files or any(len(match.regions) != 2 for match in files):
-        raise SimilarityError(f"{where}: malformed (a pair needs files, each with two lists of regions)")
+    if not files:
+        raise SimilarityError(f"{where}: malformed (a pair needs at least one file)")
     return pair
+
+
+def _file_match(match: Any) -> FileMatch:
+    """One file of a pair from JSON; TypeError, KeyError, ValueError or IndexError if malformed."""
+    sides = [[Region(int(r["first"]), int(r["last"]), str(r["text"])) for r in side] for side in match["regions"]]
+    if len(sides) != 2:
+        raise ValueError(f"{len(sides)} lists of regions, not 2")
+    similarity = (float(match["similarity"][0]), float(match["similarity"][1]))
+    return FileMatch(str(match["file"]), similarity, int(match["overlap"]), (sides[0], sides[1]))
