@@ -1,7 +1,8 @@
 """Grade a folder of submissions into a gradebook CSV: ``python -m grader batch``.
 
     python -m grader batch FOLDER --csv grades.csv [--jobs N] [--timeout S]
-                                  [--canvas [--assignment HEADER] [--roster EXPORT.csv]]
+                                  [--canvas [--assignment HEADER] [--roster EXPORT.csv]] [--html FILE]
+                                  [--similarity-threshold SHARE] [--public-solutions DIR] [--no-similarity]
 
 Every subfolder or ``.zip`` in FOLDER is one student, named after the folder or the zip's
 stem. Each student is graded by ``python -m grader grade STUDENT --json REPORT`` in its own process
@@ -11,11 +12,13 @@ the batch. Reports and logs go to ``<csv stem>-reports/`` beside the CSV.
 The default CSV has one row per student: ``student``, one column per problem (``2.1``,
 ``2.2``, ...), ``total``, ``max_score``, ``status`` (graded / timeout / error), ``flags``
 (``;``-separated: ``missing:FILE``, ``criterion_errors=N``, ``blocked_points=X``,
-``policy_findings=N`` (the static scan of grader/policy.py), ``duplicate_name``, ``needs_review``) and ``report``. A score cell is empty when no
+``policy_findings=N`` (the static scan of grader/policy.py), ``duplicate_name``,
+``similar_to=STUDENT`` (grader/similarity.py, run after grading), ``needs_review``) and ``report``. A score cell is empty when no
 trustworthy score exists (the row then says needs_review); a timed-out student keeps the
 points of the criteria finished before the timeout. ``--canvas`` writes Canvas's gradebook
 import layout instead (see :func:`canvas_rows`). Every cell starting with ``= + - @`` (or a tab
 or carriage return) is prefixed with ``'`` so a spreadsheet never runs it as a formula.
+``--html`` also writes the class dashboard (grader/dashboard.py).
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader import similarity
 from grader.layout import REPOSITORY, STUDENT_FILES, UID_SLOT_VARIABLE
 from grader.processes import kill_group
 from grader.protocol import read_json_report
@@ -201,6 +205,8 @@ def run_batch(
     roster: Path | None = None,
     grader_command: list[str] | None = None,
     progress=print,
+    similarity_options: dict | None = None,
+    html: Path | None = None,
 ) -> list[StudentGrade]:
     """Grade every student of ``folder``, write the CSV; return the outcomes in name order."""
     grader_command = grader_command or [sys.executable, "-m", "grader", "grade"]
@@ -234,8 +240,14 @@ def run_batch(
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         outcomes = list(pool.map(grade, students))
+    if similarity_options is not None:  # flags only, never a score
+        similarity.flag_batch(outcomes, reports, progress=progress, **similarity_options)
     rows = canvas_rows(outcomes, assignment, roster_index) if canvas else default_rows(outcomes)
     write_csv(csv_path, rows)
+    if html is not None:
+        from grader.dashboard import write
+
+        write(reports, html)
     return outcomes
 
 
@@ -251,6 +263,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='Canvas column header; copy it from a gradebook export, e.g. "HW5 (123456)"',
     )
     parser.add_argument("--roster", type=Path, help="a Canvas gradebook export CSV to take identities from")
+    parser.add_argument("--html", type=Path, help="also write the class dashboard (one HTML file) here")
+    similarity.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -259,14 +273,16 @@ def run(args: argparse.Namespace) -> int:
         f"{args.folder} is not a folder" if not args.folder.is_dir()
         else "--jobs must be >= 1 and --timeout > 0" if args.jobs < 1 or args.timeout <= 0
         else f"roster {args.roster} not found" if args.roster and not args.roster.is_file()
-        else None
+        else similarity.argument_problem(args)
     )
     if problem is not None:
         print(f"python -m grader batch: error: {problem}", file=sys.stderr)
         return 2
     start = time.monotonic()
+    options = None if args.no_similarity else {"threshold": args.similarity_threshold, "public_folder": args.public_solutions}
     outcomes = run_batch(
-        args.folder, args.csv, args.jobs, args.timeout, args.canvas, args.assignment, args.roster
+        args.folder, args.csv, args.jobs, args.timeout, args.canvas, args.assignment, args.roster,
+        similarity_options=options, html=args.html,
     )
     review = [o.student for o in outcomes if "needs_review" in o.flags]
     print(f"graded {len(outcomes)} students in {time.monotonic() - start:.1f} s -> {args.csv}")

@@ -1,10 +1,11 @@
 """``python -m grader COMMAND ...``: the grader's command line, one subcommand per task.
 
     python -m grader grade PATH [--json FILE] [--gradescope FILE] [--only ...] ...
-    python -m grader batch FOLDER --csv FILE [--jobs N] ...
+    python -m grader batch FOLDER --csv FILE [--jobs N] [--html FILE] ...
+    python -m grader dashboard REPORTS --html FILE
 
 Each command is a thin layer over a module: ``grade`` over :mod:`grader.grading` (here),
-``batch`` over :mod:`grader.batch`. A command module provides ``add_arguments(parser)`` and
+``batch`` over :mod:`grader.batch`, ``dashboard`` over :mod:`grader.dashboard`. A command module provides ``add_arguments(parser)`` and
 ``run(args) -> exit status``.
 
 Exit status of ``grade``: 0 when grading ran to completion, whatever the score; 1 with
@@ -26,6 +27,7 @@ EXIT_OK, EXIT_NOT_FULL, EXIT_USAGE = 0, 1, 2
 COMMANDS = {
     "grade": ("grader.cli", "grade one submission (a folder, a .zip, or a student file)"),
     "batch": ("grader.batch", "grade a folder of submissions into a gradebook CSV"),
+    "dashboard": ("grader.dashboard", "build the class dashboard (one HTML file) from a batch's reports folder"),
 }
 
 

@@ -140,6 +140,7 @@ def test_duplicate_names_are_both_graded_and_flagged(tmp_path):
 
 
 @pytest.mark.slow  # a whole grader run in a subprocess
+@pytest.mark.timeout(660)  # outlasts the batch's own 600 s limit; a shared machine can take minutes
 def test_real_grader_on_three_submissions(tmp_path):
     """Answer key (folder), stubs (folder) and answer key (zip) through `python -m grader batch`."""
     key, stub = tmp_path / "class" / "key", tmp_path / "class" / "stub"
@@ -154,7 +155,8 @@ def test_real_grader_on_three_submissions(tmp_path):
                 archive.write(source, name)
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "grades.csv")],
+        [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "grades.csv"),
+         "--html", str(tmp_path / "class.html")],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     print(f"batch of 3 graded in {time.monotonic() - start:.1f} s")
@@ -165,3 +167,5 @@ def test_real_grader_on_three_submissions(tmp_path):
         expected = report["max_score"] - report["blocked_points"]
         assert rows[name]["status"] == "graded" and float(rows[name]["total"]) == expected, rows[name]
     assert rows["stub"]["status"] == "graded" and float(rows["stub"]["total"]) == 0
+    assert "similar_to=key_zip" in rows["key"]["flags"] and "similar_to" not in rows["stub"]["flags"]
+    assert 'data-a="key" data-b="key_zip"' in (tmp_path / "class.html").read_text()
