@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
-import queue
 import subprocess
 import sys
 import threading
@@ -35,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import similarity
-from grader.layout import REPOSITORY, STUDENT_FILES, UID_SLOT_VARIABLE
+from grader.layout import REPOSITORY, STUDENT_FILES
 from grader.processes import kill_group
-from grader.protocol import read_json_report
+from grader.protocol import printable, read_json_report
 
 CANVAS_IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 
@@ -103,9 +101,10 @@ def _apply_report(outcome: StudentGrade, report: dict) -> None:
 
 def grade_student(
     name: str, path: Path, reports: Path, timeout: float, grader_command: list[str], flags: list[str],
-    slot: int = 0,
 ) -> StudentGrade:
-    """Grade one student in a child process group; never raises for anything the student did."""
+    """Grade one student in a child process group; never raises for anything the student did.
+    (As root, each grader process leases a uid of its own for its children, so concurrent
+    students never share one: see grader.processes.lease_uid.)"""
     stem = _safe_file_name(name)
     outcome = StudentGrade(name, path, reports / f"{stem}.json", flags=list(flags))
     outcome.report_path.unlink(missing_ok=True)
@@ -114,7 +113,6 @@ def grade_student(
         process = subprocess.Popen(
             [*grader_command, str(path), "--json", str(outcome.report_path)],
             cwd=REPOSITORY, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, UID_SLOT_VARIABLE: str(slot)},
         )
         try:
             returncode = process.wait(timeout=timeout)
@@ -140,8 +138,10 @@ def grade_student(
 
 
 def escape_cell(value: object) -> str:
-    """A CSV cell a spreadsheet shows as text: formula-like starts get a leading quote."""
+    """A CSV cell a spreadsheet shows as text: control characters escaped, formula-like
+    starts given a leading quote."""
     text = "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+    text = printable(text)
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
@@ -215,27 +215,20 @@ def run_batch(
     reports = csv_path.parent / f"{csv_path.stem}-reports"
     reports.mkdir(parents=True, exist_ok=True)
     done, lock = 0, threading.Lock()
-    slots: queue.SimpleQueue[int] = queue.SimpleQueue()  # concurrent students' children run as distinct uids (see harness)
-    for slot in range(max(1, jobs)):
-        slots.put(slot)
 
     def grade(student: tuple[str, Path, list[str]]) -> StudentGrade:
         nonlocal done
-        slot = slots.get()
-        try:
-            outcome = grade_student(*student[:2], reports, timeout, grader_command, student[2], slot)
-        finally:
-            slots.put(slot)
+        outcome = grade_student(*student[:2], reports, timeout, grader_command, student[2])
         if roster_index is not None and outcome.student not in roster_index:
             outcome.flags += ["not_in_roster", "needs_review"]
             outcome.flags = list(dict.fromkeys(outcome.flags))
         with lock:
             done += 1
             score = "-" if outcome.score is None else f"{outcome.score:g}/{outcome.max_score or 0:g}"
-            progress(
+            progress(printable(
                 f"[{done:>{len(str(len(students)))}}/{len(students)}] {outcome.student:<24} {score:>9}  "
                 f"{outcome.status:<7} {outcome.seconds:6.1f}s  {' '.join(outcome.flags)} {outcome.detail}".rstrip()
-            )
+            ))
         return outcome
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

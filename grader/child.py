@@ -3,19 +3,28 @@
 The child isolates itself before any student code runs, in this order:
 
 1. its own session and process group (``os.setsid``), so a timeout kills everything it started;
-2. stdout and stderr go to one capture file; the result file is opened now, while the
-   child may still create files in the grader's private folder;
+2. stdout and stderr go to one capture file; the result file and the "started" marker are
+   opened now, while the child may still create files in the grader's private folder;
 3. the check module is imported (normally preloaded), then ``sys.path`` is rebuilt with the
    disposable tree first and without any folder that holds another ``minitorch`` (the
    repository root, where the answer key lives), and every ``minitorch*`` module is purged,
    so ``import minitorch.pipeline`` finds the submitted file and nothing else;
 4. resource limits (memory, processes, file size) on top of what the child already uses;
-5. when the grader runs as root, the child becomes an unprivileged user with a private
-   TMPDIR/HOME/working directory.
+5. when the grader runs as root: its own view of the file system (the grader's files hidden,
+   private ``/tmp``, ``/var/tmp`` and ``/dev/shm`` that vanish with it), its own network, and
+   then the unprivileged uid the grader leased for its children;
+6. a private TMPDIR/HOME/working directory and an environment of only what the harness
+   passed (none of the TA's variables);
+7. the grader's modules are taken out of ``sys.modules`` (the student's code cannot look up
+   the hidden checks there), the provided modules the checks rely on are imported, what
+   reporting needs is made ready (``torch.save`` warmed up, descriptors reserved), and the
+   objects the checks trust are noted (see :func:`_snapshot`); then the marker says
+   "started": any grader error reported after this point is forged.
 
 Then ``observe_<name>(seed, params)`` runs and its observation (or what went wrong) is
 written with ``torch.save``; the parent reads it with ``torch.load(weights_only=True)`` and
-is the only one that judges and writes results.
+is the only one that judges and writes results. Reporting uses the child's own streams and
+descriptors, never the student's ``sys.stdout``.
 """
 from __future__ import annotations
 
@@ -33,6 +42,8 @@ import socket
 import struct
 import sys
 import tempfile
+import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,18 +51,27 @@ from typing import Any
 import torch
 
 from grader.checks import Fail
+from grader.processes import processes_of
 from grader.protocol import Kind
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 # What a child must not change in the grader's own code (checked after observe: a child that
 # monkeypatches them has its observation voided, whatever the judge would say).
-WATCHED_TORCH = ("allclose", "isclose", "equal", "testing.assert_close", "Tensor.__eq__", "Tensor.allclose",
-                 "Tensor.equal", "Tensor.detach", "Tensor.clone", "save")
+WATCHED_TORCH = ("allclose", "isclose", "equal", "testing.assert_close", "save", "load")
+# Namespaces whose every attribute the checks may rely on: the tensor methods they observe
+# (.to, .clone, ...), the clocks and thread names of the timing and call-order checks.
+WATCHED_NAMESPACES = (("torch.Tensor", torch.Tensor), ("time", time))
+WATCHED_THREADING = ("current_thread", "get_ident", "Thread", "Lock", "Event")
+# Provided modules the checks rely on (their attributes and their classes' attributes):
+# imported from the tree before the student's code runs, so a replacement shows.
+WATCHED_PROVIDED = ("minitorch.runtime", "minitorch.schedules", "minitorch.distributed")
+RESERVED_DESCRIPTORS = 16  # kept open while the student's code runs, closed for reporting
+_write = os.write  # the child's own, whatever the student's code does to os.write
 
 
 @dataclass(frozen=True)
@@ -77,7 +97,9 @@ class Job:
     expose: tuple = ()
     hide: tuple = ()
     private_network: bool = False
+    private_temp: tuple = ()
     environment: dict = field(default_factory=dict)
+    started_path: str = ""
 
 
 def ping() -> None:
@@ -109,18 +131,25 @@ def _close(fd: int) -> None:
         pass
 
 
-def _redirect_output(path: str) -> None:
+def _redirect_output(path: str) -> tuple:
+    """stdout and stderr into the capture file; returns the child's own two streams (the
+    student's code may replace sys.stdout; reporting flushes these)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
     for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
+        _flush(stream)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True, errors="backslashreplace")
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, errors="backslashreplace")
+    return sys.stdout, sys.stderr
+
+
+def _flush(stream) -> None:
+    try:
+        stream.flush()
+    except BaseException:  # noqa: BLE001 - a stream the student's code broke or replaced
+        pass
 
 
 def _isolate_imports(tree: str) -> None:
@@ -190,34 +219,40 @@ def _check(result: int, what: str) -> None:
         raise OSError(error, f"{what}: {os.strerror(error)}")
 
 
-def _cover(folder: str, keep: tuple[str, ...]) -> None:
+def _cover(folder: str, keep: tuple[str, ...], options: bytes = b"mode=0755,size=1m") -> None:
     """Cover ``folder`` with an empty tmpfs and bind back the folders of ``keep`` (below it)."""
     libc = _libc()
     handles = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in keep]
-    _check(libc.mount(b"tmpfs", folder.encode(), b"tmpfs", 0, b"mode=0755,size=1m"), f"tmpfs on {folder}")
+    _check(libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), f"tmpfs on {folder}")
     for path, handle in handles:
         os.makedirs(path, exist_ok=True)
         _check(libc.mount(f"/proc/self/fd/{handle}".encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
         os.close(handle)
 
 
-def isolate_files(expose: tuple, hide: tuple) -> None:
+def isolate_files(expose: tuple, hide: tuple, private_temp: tuple = (), temp_bytes: int = 0) -> None:
     """This child's own view of the file system (a private mount namespace; needs root).
 
     ``expose``: let the unprivileged user reach Python's own files when a folder above them
     is closed to it (``/root`` is 0700 but Python lives in ``/root/.pyenv``): each closed
     folder is covered by an empty tmpfs and the sub-folders Python needs are bound back in.
+    ``private_temp``: the shared temp folders (``/tmp``, ``/var/tmp``, ``/dev/shm``) are
+    covered by empty tmpfs of ``temp_bytes`` each, writable by all (mode 1777) and seen by
+    this child's processes only, keeping the child's own tree and private folder and
+    Python's folders that live there: what the child writes there is gone when it is.
     ``hide``: the grader's repository (its source, the answer key, the tests) is covered the
     same way, binding back only folders Python needs that live inside it (a virtualenv).
-    Both are ``((folder, (kept, ...)), ...)``.
+    All three are ``((folder, (kept, ...)), ...)``.
     """
-    if not expose and not hide:
+    if not expose and not hide and not private_temp:
         return
     libc = _libc()
     _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     for closed, needed in expose:
         _cover(closed, needed)
+    for folder, keep in private_temp:
+        _cover(folder, keep, f"mode=1777,size={max(temp_bytes, 1 << 20)}".encode())
     for folder, keep in hide:
         if os.path.isdir(folder):  # not already hidden under a covered closed folder
             _cover(folder, keep)
@@ -235,7 +270,7 @@ def private_network() -> None:
 
 def _isolate(job: "Job") -> None:
     """Mounts and network, as root, before dropping privileges."""
-    isolate_files(job.expose, job.hide)
+    isolate_files(job.expose, job.hide, job.private_temp, job.file_bytes * 4)
     if job.private_network:
         private_network()
 
@@ -271,8 +306,32 @@ def _drop_privileges(job: Job) -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
 
 
+def kill_uid(uid: int, gid: int, deadline_s: float = 5.0) -> None:
+    """A helper child: become ``uid`` and SIGKILL every process it runs. ``kill(-1)`` as that
+    uid reaches exactly its processes (wherever they hid: other sessions, other parents) in
+    one system call, so even a fork bomb cannot outrun it; repeated until only zombies are
+    left. The harness runs this only for the uid it leased for its children."""
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    me, deadline = str(os.getpid()), time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            os._exit(0)  # nothing of this uid is left
+        alive = [p for p in processes_of(uid) if p["Pid"] != me and not p.get("State", "").startswith("Z")]
+        if not alive:
+            os._exit(0)
+        time.sleep(0.002)
+    os._exit(1)
+
+
 def _enter_workdir(job: Job) -> None:
+    """The private folder as working directory, TMPDIR and HOME; the environment is only what
+    the harness passed (the forkserver's, inherited, is dropped)."""
     os.chdir(job.workdir)
+    os.environ.clear()
     os.environ.update(job.environment)
     os.environ.update({"TMPDIR": job.workdir, "HOME": job.workdir, "PYTHONDONTWRITEBYTECODE": "1"})
     tempfile.tempdir = None
@@ -314,21 +373,60 @@ def plain_copy(value, path: str = "observation"):
     raise NotPlain(f"{path} is a {type(value).__module__}.{type(value).__qualname__}, not plain data")
 
 
-def _write_result(job: Job, fd: int, envelope: dict) -> None:
+def _serialised(envelope: dict) -> bytes:
     buffer = io.BytesIO()
     torch.save(envelope, buffer)
-    data = memoryview(buffer.getvalue())
-    while data:
-        data = data[os.write(fd, data):]
-    os.close(fd)
+    return buffer.getvalue()
+
+
+class _Reporter:
+    """Writes the child's one envelope whatever the student's code did to the process.
+
+    Made before the student's code runs: ``torch.save`` is warmed up (its first call imports
+    modules, which needs free descriptors), a fallback envelope is serialised in advance, and
+    a few descriptors are reserved and given back only for reporting (a traceback reads the
+    student's source), so code that opens descriptors up to the limit does not silence the
+    child. It flushes the child's own streams, never the student's ``sys.stdout``.
+    """
+
+    def __init__(self, fd: int, streams: tuple):
+        self.fd, self.streams = fd, streams
+        self.fallback = _serialised({"kind": Kind.GARBAGE.value, "message": (
+            "the grader could not save what your code's run produced (it could not be serialised)")})
+        self.reserved = [os.open(os.devnull, os.O_RDONLY) for _ in range(RESERVED_DESCRIPTORS)]
+
+    def release(self) -> None:
+        """Give the reserved descriptors back (before building the envelope)."""
+        for fd in self.reserved:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.reserved = []
+
+    def write(self, envelope: dict) -> None:
+        self.release()
+        for stream in self.streams:
+            _flush(stream)
+        try:
+            data = memoryview(_serialised(envelope))
+        except BaseException:  # noqa: BLE001 - whatever the envelope holds, say it could not be saved
+            data = memoryview(self.fallback)
+        try:
+            while data:
+                data = data[_write(self.fd, data):]
+        except OSError:
+            pass  # the student's code closed or replaced the descriptor: the parent sees no result
 
 
 def main(job: Job) -> None:
     """The target of a criterion's child process; never returns."""
     os.setsid()
     _close_forkserver_fds()
-    _redirect_output(job.output_path)
+    streams = _redirect_output(job.output_path)
     result_fd = os.open(job.result_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    started_fd = os.open(job.started_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    reporter = None
     try:
         observe = getattr(importlib.import_module(job.module), "observe_" + job.name)
         _isolate_imports(job.tree)
@@ -336,23 +434,25 @@ def main(job: Job) -> None:
         _isolate(job)
         _drop_privileges(job)
         _enter_workdir(job)
+        watched = _watched_modules()
+        reporter = _Reporter(result_fd, streams)
         torch.manual_seed(job.seed)
         random.seed(job.seed)
-        before = _snapshot()
+        before = _snapshot(watched)
     except BaseException as error:
-        failure: dict[str, object] = {"kind": Kind.GRADER_ERROR.value, "message": "".join(traceback.format_exception(error))}
-        _write_result(job, result_fd, failure)
+        failure = {"kind": Kind.GRADER_ERROR.value, "message": "".join(traceback.format_exception(error))}
+        (reporter or _Reporter(result_fd, streams)).write(failure)
         os._exit(0)
-    envelope = _observe(observe, job)
-    changed = _changed(before)
-    if changed:
-        envelope["tampered"] = changed[:20]
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    _write_result(job, result_fd, envelope)
+    _write(started_fd, b"started")  # from here on the student's code runs: it cannot un-write this
+    os.close(started_fd)
+    try:
+        envelope = _observe(observe, job, reporter)
+        changed = _changed(before, watched)
+        if changed:
+            envelope["tampered"] = changed[:20]
+    except BaseException as error:  # noqa: BLE001 - e.g. a RecursionError the student's data caused
+        envelope = {"kind": Kind.GARBAGE.value, "message": f"the grader could not handle what your code produced ({type(error).__name__})"}
+    reporter.write(envelope)
     os._exit(0)
 
 
@@ -362,36 +462,66 @@ def _lookup(root, path: str):
     return root
 
 
-def _snapshot() -> dict[str, int]:
-    """Identities of what the grader relies on in the child: the grader's modules and their
-    attributes, torch's comparison functions, and the builtins."""
-    seen = {}
-    for name, module in list(sys.modules.items()):
-        if name == "grader" or name.startswith("grader."):
-            seen[f"sys.modules[{name!r}]"] = id(module)
-            for attribute, value in list(vars(module).items()):
-                seen[f"{name}.{attribute}"] = id(value)
+def _watched_modules() -> dict[str, Any]:
+    """The grader's modules (taken out of ``sys.modules``, so the student's code cannot look
+    the hidden checks up there; the child keeps them here) and the provided modules the
+    checks rely on (imported now, from the tree). A check module that imports lazily must
+    therefore import what it needs at its top."""
+    grader = {name: module for name, module in sys.modules.items() if name == "grader" or name.startswith("grader.")}
+    for name in grader:
+        del sys.modules[name]
+    provided = {name: importlib.import_module(name) for name in WATCHED_PROVIDED}
+    return {**grader, **provided}
+
+
+def _namespace_ids(prefix: str, namespace, seen: dict[str, int]) -> None:
+    """Every attribute of a module, or of a class as its instances see it (through its bases:
+    ``torch.Tensor.to = ...`` shadows ``TensorBase.to``, which is what the checks call)."""
+    found: dict[str, Any] = {}
+    for scope in reversed(namespace.__mro__) if isinstance(namespace, type) else (namespace,):
+        found.update(vars(scope))
+    for attribute, value in found.items():
+        seen[f"{prefix}.{attribute}"] = id(value)
+
+
+def _snapshot(watched: dict[str, Any]) -> dict[str, int]:
+    """Identities of what the grader relies on in the child: the grader's modules and the
+    provided modules the checks use (their attributes, and those of the classes they
+    define), torch's comparison functions, the tensor methods, the clocks, the threading
+    functions that name threads, and the builtins."""
+    seen: dict[str, int] = {}
+    for name, module in watched.items():
+        _namespace_ids(name, module, seen)
+        for attribute, value in list(vars(module).items()):
+            if isinstance(value, type) and value.__module__ == name:
+                _namespace_ids(f"{name}.{attribute}", value, seen)
     for path in WATCHED_TORCH:
         seen[f"torch.{path}"] = id(_lookup(torch, path))
-    for attribute, value in list(vars(builtins).items()):
-        seen[f"builtins.{attribute}"] = id(value)
+    for prefix, namespace in WATCHED_NAMESPACES:
+        _namespace_ids(prefix, namespace, seen)
+    for name in WATCHED_THREADING:
+        seen[f"threading.{name}"] = id(getattr(threading, name, None))
+    _namespace_ids("builtins", builtins, seen)
     return seen
 
 
-def _changed(before: dict[str, int]) -> list[str]:
+def _changed(before: dict[str, int], watched: dict[str, Any]) -> list[str]:
     """What the student's code replaced since :func:`_snapshot` (ids of live objects)."""
-    now = _snapshot()
+    now = _snapshot(watched)
     return sorted(name for name, identity in before.items() if now.get(name) != identity)
 
 
-def _observe(observe, job: Job) -> dict[str, object]:
+def _observe(observe, job: Job, reporter: _Reporter) -> dict[str, object]:
     """Run the check's observe function; what it saw, or what went wrong, as an envelope."""
     try:
         observation = observe(job.seed, dict(job.params))
     except Fail as failure:
+        reporter.release()
         return {"kind": Kind.FAIL.value, "message": str(failure)}
     except BaseException as error:  # the student's code raised (SystemExit included)
+        reporter.release()
         return _exception_envelope(error, job)
+    reporter.release()
     try:
         return {"kind": Kind.OBSERVATION.value, "observation": plain_copy(observation)}
     except NotPlain as error:
@@ -399,11 +529,20 @@ def _observe(observe, job: Job) -> dict[str, object]:
 
 
 def _exception_envelope(error: BaseException, job: Job) -> dict:
+    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
     return {
         "kind": Kind.EXCEPTION.value,
         "type": type(error).__name__,
-        "module_not_found": getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None,
+        "module_not_found": missing if type(missing) is str else None,
         "not_implemented": isinstance(error, NotImplementedError),
-        "message": str(error)[:2000],
+        "message": _text_of(error)[:2000],
         "traceback": _student_traceback(error, job.student_files)[-6000:],
     }
+
+
+def _text_of(error: BaseException) -> str:
+    """``str(error)``, or a stand-in when the student's exception cannot say what it is."""
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        return f"<a {type(error).__name__} whose str() raised>"

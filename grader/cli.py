@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _give_up(message: str, args: argparse.Namespace, started: float) -> int:
     """Bad usage: say why, and still leave a Gradescope results.json when one was asked for."""
-    print(f"python -m grader grade: {message}", file=sys.stderr)
+    from grader.protocol import printable
+
+    print(printable(f"python -m grader grade: {message}"), file=sys.stderr)
     if args.gradescope:
         from grader.protocol import write_atomic
         from grader.report import failure_results
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from grader import report as reports
     from grader.grading import Budget, grade, select
     from grader.layout import DEFAULT_RUBRIC
-    from grader.protocol import Status, write_json_report
+    from grader.protocol import Status, printable, write_json_report
     from grader.rubric import RubricError, load_rubric
     from grader.submission import SubmissionNotFound, load_submission
 
@@ -105,9 +107,9 @@ def run(args: argparse.Namespace) -> int:
 
     found = ", ".join(sorted(submission.files)) or "no student files"
     missing = f"; missing {', '.join(submission.missing())}" if submission.missing() else ""
-    print(f"Grading {args.path} ({found}{missing}) with {rubric.path}", flush=True)
+    print(printable(f"Grading {args.path} ({found}{missing}) with {rubric.path}"), flush=True)
     if submission.problem:
-        print(f"  {submission.problem}", flush=True)
+        print(printable(f"  {submission.problem}"), flush=True)
 
     def on_result(report, result) -> None:
         print(reports.live_line(result), flush=True)

@@ -2,7 +2,8 @@
 
 Statuses: ``passed``, ``failed`` (the submission's fault, with a reason in the student's
 terms), ``timeout``, ``blocked`` (this machine lacks the hardware: never a failure) and
-``error`` (the grader itself broke: loud, never a silent zero).
+``error`` (the grader itself broke: loud, never a silent zero). Whatever comes from a child
+is data: a report the judge cannot read is the student's ``failed``, never ``error``.
 """
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ class Budget:
 
     def left(self) -> float:
         return self.ends - time.monotonic()
+
+JUDGE_ERROR = "judge_error"  # in a result's details: the judge's traceback, for the course staff
 
 
 def environment() -> dict:
@@ -105,8 +108,12 @@ def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[Sta
         details = judge_function(seed, dict(criterion.params), observed(observation))
     except Fail as failure:
         return Status.FAILED, str(failure), failure.details
-    except Exception:  # noqa: BLE001 - a broken judge is the grader's fault: say so loudly
-        return Status.ERROR, f"grader error in {criterion.check} (judge):\n{traceback.format_exc(limit=-3)}", {}
+    except Exception as error:  # noqa: BLE001 - the observation came from the child: it is data
+        message = (
+            f"the grader could not read what your code produced ({type(error).__name__}: {error}); "
+            "the check stopped on data of a shape it does not expect, and the course staff will review it"
+        )
+        return Status.FAILED, message, {JUDGE_ERROR: traceback.format_exc(limit=-3)}
     return Status.PASSED, "", details if isinstance(details, dict) else {}
 
 
@@ -183,14 +190,17 @@ def _new_report(submission: Submission, rubric: Rubric, planned: int, seed: int 
         submission=submission.path, files=submission.sha256(), environment=environment(),
         seed=secrets.randbelow(2**31 - 1) if seed is None else seed, planned=planned,
     )
-    report.policy_findings = policy.scan(submission.files, rubric.forbidden)
-    if report.policy_findings:
-        names = sorted({f["name"] for f in report.policy_findings})
+    findings = policy.scan(submission.files, rubric.forbidden)
+    report.policy_findings = findings[:policy.FINDINGS_KEPT]
+    if findings:
+        names = sorted({f["name"] for f in findings})
         report.flag(f"policy scan: {', '.join(names)}")
+    if len(findings) > policy.FINDINGS_KEPT:
+        report.note(f"the policy scan found {len(findings)} uses; the report lists the first {policy.FINDINGS_KEPT}")
     if submission.skipped:
-        report.notes.append(f"skipped in the archive: {'; '.join(submission.skipped)}")
+        report.note(f"skipped in the archive: {'; '.join(submission.skipped)}")
     if submission.ignored:
-        report.notes.append(f"ignored files in the submission (only the student files are graded): {', '.join(submission.ignored[:10])}")
+        report.note(f"ignored files in the submission (only the student files are graded): {', '.join(submission.ignored[:10])}")
     return report
 
 
@@ -206,7 +216,8 @@ def _start_harness(stack: contextlib.ExitStack, report: Report, submission: Subm
         report.child_seconds = harness.start()
     except (HarnessError, OSError) as error:
         return f"grader error: could not start isolated children: {error}"
-    report.notes.extend(harness.notes)
+    for note in harness.notes:
+        report.note(note)
     report.environment["children_uid"] = harness.user[0] if harness.user else os.geteuid()
     report.environment["defences"] = harness.defences
     return harness
@@ -216,7 +227,11 @@ def _grade_criterion(criterion: Criterion, report: Report, submission: Submissio
                      harness: Harness | str | None, timeout: float | None, budget: Budget | None) -> Result:
     started = time.perf_counter()
     limit = timeout if timeout is not None else criterion.timeout
-    status, message, output, details = _verdict(criterion, report, submission, rubric, harness, limit, budget)
+    try:
+        status, message, output, details = _verdict(criterion, report, submission, rubric, harness, limit, budget)
+    except Exception:  # noqa: BLE001 - the grader broke: say so loudly, and grade the other criteria
+        status, output, details = Status.ERROR, "", {}
+        message = f"grader error grading {criterion.id}:\n{traceback.format_exc(limit=-4)}"
     return Result(
         id=criterion.id, problem=criterion.problem, title=criterion.title, points=criterion.points,
         earned=criterion.points if status == Status.PASSED else 0, status=status, message=message,
@@ -253,6 +268,8 @@ def _verdict(criterion: Criterion, report: Report, submission: Submission, rubri
     _note_outcome(report, criterion, outcome)
     if outcome.kind == Kind.OBSERVATION and not outcome.envelope.get("tampered"):
         status, message, details = judge_observation(criterion, report.seed, outcome.envelope["observation"])
+        if JUDGE_ERROR in details:
+            report.flag(f"{criterion.id}: the judge could not read what the child reported")
         return status, message, outcome.output, details
     status, message = judge(criterion, report.seed, outcome, submission, limit, rubric.settings.output_limit_mb)
     if status == Status.TIMEOUT and limit < full_limit and budget is not None:
@@ -263,10 +280,12 @@ def _verdict(criterion: Criterion, report: Report, submission: Submission, rubri
 def _note_outcome(report: Report, criterion: Criterion, outcome: Outcome) -> None:
     """What a child did that the score does not show, for the report and for review."""
     if outcome.orphans:
-        report.notes.append(
+        report.note(
             f"{criterion.id}: your code left {outcome.orphans} process(es) running after the criterion "
             "ended (setsid or a double fork?); the grader killed them"
         )
         report.flag("processes left running")
     if outcome.envelope.get("tampered"):
         report.flag(f"{criterion.id} replaced grader or torch code")
+    if outcome.envelope.get("forged"):
+        report.flag(f"{criterion.id}: the child's report claimed a grader error after the student's code had started")

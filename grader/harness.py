@@ -5,9 +5,14 @@ torch and the check modules preloaded, so a child costs milliseconds instead of 
 interpreter plus ``import torch`` (seconds). What a child does to isolate itself is in
 :mod:`grader.child`; here the parent builds the tree, starts the child, kills its whole
 process group when the time is up, and turns what came back into an :class:`Outcome`.
+
+As root, a harness leases a uid of its own for its children (:func:`grader.processes.lease_uid`),
+so graders sharing a machine never count, signal or kill each other's processes, and after
+every criterion everything that uid still runs is killed, however it escaped.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 import multiprocessing
@@ -20,21 +25,26 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from multiprocessing import spawn
+from multiprocessing import forkserver, spawn
 from pathlib import Path
 
 import torch
 
 from grader import child
-from grader.layout import PROVIDED_FOLDER, REPOSITORY, SOLUTION_MARKER, STUDENT_FILES, UID_SLOT_VARIABLE
-from grader.processes import kill_group, processes_of
-from grader.protocol import REPORTED_BY_CHILD, Kind
+from grader.layout import PROVIDED_FOLDER, REPOSITORY, SOLUTION_MARKER, STUDENT_FILES
+from grader.processes import SlotError, kill_group, lease_uid, processes_of, return_uid
+from grader.protocol import Kind, check_envelope
 from grader.rubric import Criterion, Settings
 from grader.submission import Submission
 
 OUTPUT_TAIL_BYTES = 64 * 1024
 STARTUP_TIMEOUT = 180.0
 PROCESS_PREFIX = "grader-"
+SHARED_TEMP_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
+CHILD_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Variables of the grader's environment that children (and the forkserver they are forked
+# from) keep: how to find libraries and devices and how many threads to use, never a secret.
+CHILD_VARIABLES = ("LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class HarnessError(RuntimeError):
@@ -66,8 +76,9 @@ def format_bytes(count: int) -> str:
     return f"{count} bytes"
 
 
-def _unprivileged_user(settings: Settings) -> tuple[int, int] | None:
-    """``(uid, gid)`` children switch to, or None when the grader is not root."""
+def _configured_user(settings: Settings) -> tuple[int, int] | None:
+    """``(uid, gid)`` of the rubric's ``[grader] user``, or None when the grader is not root.
+    Children run with its group, as a leased uid just below its uid (see lease_uid)."""
     if os.geteuid() != 0:
         return None
     try:
@@ -79,25 +90,36 @@ def _unprivileged_user(settings: Settings) -> tuple[int, int] | None:
         ) from None
     if entry.pw_uid == 0:
         raise HarnessError(f"[grader] user {settings.user!r} is root; children must run unprivileged")
-    slot = _uid_slot()
-    if slot == 0:
-        return entry.pw_uid, entry.pw_gid
-    uid = entry.pw_uid - slot  # batch --jobs: each concurrent student's children get a uid of their own
+    return entry.pw_uid, entry.pw_gid
+
+
+def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The explicit environment of the forkserver and of every child: a fixed PATH and the
+    few harmless variables of :data:`CHILD_VARIABLES` (no token or password a TA's shell
+    holds reaches a child, whose output the student may see)."""
+    kept = {name: os.environ[name] for name in CHILD_VARIABLES if name in os.environ}
+    return {"PATH": CHILD_PATH, "LANG": "C.UTF-8", **kept, **(extra or {})}
+
+
+@contextlib.contextmanager
+def _only_environment(environment: dict[str, str]):
+    """Run the block with exactly ``environment`` (processes started in it inherit only that)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(environment)
     try:
-        owner = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return uid, entry.pw_gid
-    raise HarnessError(
-        f"{UID_SLOT_VARIABLE}={slot} asks children to run as uid {uid} ({settings.user!r}'s uid - {slot}), but that uid "
-        f"belongs to {owner!r}; run fewer jobs or give [grader] user a uid with free uids below it"
-    )
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
-def _uid_slot() -> int:
-    value = os.environ.get(UID_SLOT_VARIABLE, "0")
-    if not value.isdigit() or int(value) > 65535:
-        raise HarnessError(f"{UID_SLOT_VARIABLE} must be a whole number 0..65535, got {value!r}")
-    return int(value)
+def start_forkserver() -> None:
+    """Start the forkserver (once per grader process) with :func:`child_environment` and this
+    repository on its path: its children's memory and ``/proc/self/environ`` hold none of
+    the grader's other variables."""
+    with _only_environment(child_environment({"PYTHONPATH": str(REPOSITORY), "PYTHONDONTWRITEBYTECODE": "1"})):
+        forkserver.ensure_running()
 
 
 def _tasks_of(uid: int) -> int:
@@ -193,17 +215,26 @@ class Harness:
         self.settings = settings
         self.context = forkserver_context(check_modules)
         self.provided = Path(provided)
-        self.user = _unprivileged_user(settings)
+        self.configured = _configured_user(settings)
+        self.user: tuple[int, int] | None = None  # (uid, gid) the children run as; None: the grader's own
+        self.leased: int | None = None  # the uid this harness leased; only its processes are ever killed by uid
         self.base: Path | None = None
         self.count = 0
         self.expose: tuple = ()
         self.hide: tuple = ()
+        self.private_temp: tuple = ()
         self.private_network = False
         self.notes: list[str] = []
         self.defences: dict[str, str] = {}
         self.swept = 0
 
     def __enter__(self) -> "Harness":
+        if self.configured is not None:
+            try:
+                self.leased = lease_uid(self.configured[0])
+            except (SlotError, OSError) as error:
+                raise HarnessError(f"could not lease a uid for the children: {error}") from None
+            self.user = (self.leased, self.configured[1])
         self.base = Path(tempfile.mkdtemp(prefix="grader-", dir=_scratch_root(self.user is not None)))
         os.chmod(self.base, 0o711)
         self.tree = self.base / "tree"
@@ -215,6 +246,12 @@ class Harness:
         return self
 
     def __exit__(self, *exc_info) -> None:
+        if self.leased is not None:
+            try:
+                self._kill_leased_uid()
+                return_uid(self.leased)  # clean: this process's next harness may use it
+            except HarnessError as error:  # the report is written; say it where the TA sees it
+                print(f"grader: {error}", file=sys.stderr)
         if self.was_subreaper is not None:
             _set_subreaper(self.was_subreaper)
         if self.base is not None:
@@ -245,12 +282,13 @@ class Harness:
         process.start()
         process.join(STARTUP_TIMEOUT)
         kill_group(process.pid, still_running=process.exitcode is None)
-        self.swept += _sweep_orphans(before)
+        self.swept += len(_sweep_orphans(before))
         return process.exitcode
 
     def start(self) -> float:
         """Start the forkserver (importing torch there), decide whether children can drop
         privileges here, and return one child's start-up cost in seconds."""
+        start_forkserver()
         code = self._run_helper(child.ping)
         if code != 0:
             raise HarnessError(f"the grader's forkserver did not start (exit status {code})")
@@ -279,20 +317,43 @@ class Harness:
             return
         assert plan is not None  # None was a reason above
         self.expose = plan
+        temp = self._private_temp_plan()
+        if temp and self._probe(expose=plan, private_temp=temp) is None:
+            self.private_temp = temp
         hide = hiding_plan(self.base)
-        if hide and self._probe(expose=plan, hide=hide) is None:
+        if hide and self._probe(expose=plan, private_temp=self.private_temp, hide=hide) is None:
             self.hide = hide
-        if self._probe(expose=plan, hide=self.hide, private_network=True) is None:
+        if self._probe(expose=plan, private_temp=self.private_temp, hide=self.hide, private_network=True) is None:
             self.private_network = True
+
+    def _private_temp_plan(self) -> tuple:
+        """``((temp folder, (kept, ...)), ...)`` for the shared temp folders: each child gets
+        empty ones of its own, keeping the harness's folder (the tree and the private
+        folders) and Python's folders where they live below one (a clone in /tmp)."""
+        assert self.base is not None, "the harness is used as a context manager"
+        needed = [os.path.realpath(self.base), *(str(p) for p in _python_folders())]
+        plan = []
+        for folder in SHARED_TEMP_FOLDERS:
+            if os.path.isdir(folder) and not os.path.islink(folder):
+                inside = sorted({p for p in needed if p.startswith(folder + os.sep)})
+                plan.append((folder, tuple(p for p in inside if not any(p.startswith(q + os.sep) for q in inside))))
+        return tuple(plan)
 
     def _describe_defences(self) -> None:
         """What protects the grader on this run (the report's environment says it)."""
-        user = f"{self.settings.user} (uid {self.user[0]})" if self.user else "the grader's own user (not root)" if os.geteuid() else "root"
+        user = (
+            f"uid {self.user[0]}, leased for this grader (no account; {self.settings.user}'s group)" if self.user
+            else "the grader's own user (not root)" if os.geteuid() else "root"
+        )
         self.defences = {
             "children_user": user,
             "grader_files": "hidden from children" if self.hide else "readable by children (needs root and mount namespaces)",
             "network": "none (a private loopback only)" if self.private_network else "open (needs root and network namespaces)",
-            "orphans": "killed after each criterion (the grader is their subreaper)" if self.was_subreaper is not None else "not collected",
+            "temp_folders": "private to each child, gone with it" if self.private_temp else "shared (needs root and mount namespaces)",
+            "orphans": (
+                "every process of the children's own uid killed after each criterion" if self.leased is not None and self.user
+                else "killed after each criterion (the grader is their subreaper)" if self.was_subreaper is not None else "not collected"
+            ),
         }
 
     def _private_folder(self) -> Path:
@@ -305,27 +366,28 @@ class Harness:
         return folder
 
     def _job(self, criterion: Criterion | None, seed: int, params: dict, output: str = "",
-             expose: tuple = (), hide: tuple = (), private_network: bool = False) -> child.Job:
+             expose: tuple = (), hide: tuple = (), private_network: bool = False, private_temp: tuple = ()) -> child.Job:
         self.count += 1
+        workdir = self._private_folder()
         return child.Job(
             criterion=criterion.id if criterion else "", module=criterion.module if criterion else "",
             name=criterion.name if criterion else "", seed=seed, params=params, tree=str(self.tree),
-            workdir=str(self._private_folder()), output_path=str(self.results / f"{self.count}{output}.out"),
-            result_path=str(self.results / f"{self.count}.result"), student_files=self.student_paths(),
-            memory_bytes=self.settings.memory_mb * 1024 * 1024,
+            workdir=str(workdir), output_path=str(self.results / f"{self.count}{output}.out"),
+            result_path=str(self.results / f"{self.count}.result"), started_path=str(self.results / f"{self.count}.started"),
+            student_files=self.student_paths(), memory_bytes=self.settings.memory_mb * 1024 * 1024,
             file_bytes=int(self.settings.output_limit_mb * 1024 * 1024),
             max_processes=self.settings.max_processes, process_base=self.process_base,
             uid=self.user[0] if self.user else None, gid=self.user[1] if self.user else None, expose=expose,
-            hide=hide, private_network=private_network,
+            hide=hide, private_network=private_network, environment=child_environment(),
+            private_temp=tuple((folder, tuple(kept) + _below(folder, self.tree, workdir)) for folder, kept in private_temp),
         )
 
     def run(self, criterion: Criterion, seed: int, timeout: float) -> Outcome:
         """Run ``criterion``'s observe function in a child; never raises for the child's sake."""
         job = self._job(criterion, seed, dict(criterion.params), expose=self.expose, hide=self.hide,
-                        private_network=self.private_network)
-        output_path, result_path = Path(job.output_path), Path(job.result_path)
-        for path in (output_path, result_path):  # never read what an earlier child left there
-            path.unlink(missing_ok=True)
+                        private_network=self.private_network, private_temp=self.private_temp)
+        for path in (job.output_path, job.result_path, job.started_path):  # never read what an earlier child left there
+            Path(path).unlink(missing_ok=True)
         before = _own_children()
         started = time.perf_counter()
         process = self.context.Process(target=child.main, args=(job,), name=PROCESS_PREFIX + criterion.id)
@@ -334,17 +396,38 @@ class Harness:
             process.join(timeout)
         except BaseException:  # Ctrl-C: leave nothing running behind
             kill_group(process.pid, still_running=True)
+            self._kill_leased_uid()
             _sweep_orphans(before)
             raise
         timed_out = process.exitcode is None
         kill_group(process.pid, still_running=timed_out)  # also whatever it left in its group
         process.join(10)
-        orphans = _sweep_orphans(before)  # what escaped the group (setsid, double fork)
+        escaped = self._escaped(process.pid)  # outside the child's group: setsid, double fork, clone flags
+        self._kill_leased_uid()
+        orphans = len(escaped | _sweep_orphans(before))
         self.swept += orphans
         seconds = time.perf_counter() - started
         outcome = self._outcome(process, job, timed_out, seconds)
         outcome.orphans = orphans
         return outcome
+
+    def _escaped(self, group: int | None) -> set[int]:
+        """Live processes of the leased uid outside the process group ``group`` (the child's,
+        which kill_group has just killed); empty when the children do not run as a leased uid."""
+        if self.leased is None or self.user is None:
+            return set()
+        return {int(p["Pid"]) for p in _live_processes(self.leased) if _group_of(int(p["Pid"])) not in (group, None)}
+
+    def _kill_leased_uid(self) -> None:
+        """Kill everything the children's leased uid runs: safe, because no other grader and
+        no account uses that uid (see lease_uid). Does nothing when the children do not run
+        as it (the grader is not root, or children fell back to root)."""
+        if self.leased is None or self.user is None or not _live_processes(self.leased):
+            return
+        before = _own_children()
+        if self._run_helper(child.kill_uid, self.leased, self.user[1]) != 0 and _live_processes(self.leased):
+            raise HarnessError(f"could not kill the processes of the children's uid {self.leased}")
+        _sweep_orphans(before)
 
     def _outcome(self, process, job: child.Job, timed_out: bool, seconds: float) -> Outcome:
         output_path, result_path = Path(job.output_path), Path(job.result_path)
@@ -354,11 +437,18 @@ class Harness:
         exitcode = process.exitcode
         if exitcode == -signal.SIGXFSZ or output_bytes >= job.file_bytes:
             return Outcome(Kind.FLOOD, {}, seconds, exitcode, output, output_bytes)
-        envelope = _read_result(result_path, job.file_bytes) if exitcode == 0 else None
-        if envelope is None:
+        raw = _read_result(result_path, job.file_bytes) if exitcode == 0 else None
+        if raw is None:
             return Outcome(Kind.EXITED, {}, seconds, exitcode, output, output_bytes)
-        if not isinstance(envelope, dict) or not isinstance(envelope.get("kind"), str) or envelope["kind"] not in REPORTED_BY_CHILD:
-            return Outcome(Kind.GARBAGE, {"message": "the child's report is not in the grader's format"}, seconds, exitcode, output, output_bytes)
+        try:
+            envelope = check_envelope(raw)
+        except ValueError as why:
+            garbage = {"kind": Kind.GARBAGE.value, "message": f"its report is not in the grader's format ({why})"}
+            return Outcome(Kind.GARBAGE, garbage, seconds, exitcode, output, output_bytes)
+        if envelope["kind"] == Kind.GRADER_ERROR and _nonempty(job.started_path):
+            forged = {"kind": Kind.GARBAGE.value, "forged": True, "message": (
+                "its report claims that the grader's own set-up failed, but your code had already started running")}
+            return Outcome(Kind.GARBAGE, forged, seconds, exitcode, output, output_bytes)
         return Outcome(Kind(envelope["kind"]), envelope, seconds, exitcode, output, output_bytes)
 
 
@@ -414,11 +504,12 @@ def _own_children() -> set[int]:
     return found
 
 
-def _sweep_orphans(before: set[int], deadline_s: float = 5.0) -> int:
+def _sweep_orphans(before: set[int], deadline_s: float = 5.0) -> set[int]:
     """SIGKILL and reap every child of this process that was not one before the criterion
     (orphans of the criterion's child, re-parented here); their own children are re-parented
-    in turn, so repeat until none is left. Returns how many were killed."""
-    killed, deadline = 0, time.monotonic() + deadline_s
+    in turn, so repeat until none is left. Returns the pids of those that were still alive."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         orphans = _own_children() - before - _multiprocessing_servers()
         if not orphans:
@@ -427,7 +518,8 @@ def _sweep_orphans(before: set[int], deadline_s: float = 5.0) -> int:
             try:
                 alive = not _is_zombie(pid)  # an orphan that already exited is only reaped
                 os.kill(pid, signal.SIGKILL)
-                killed += alive
+                if alive:
+                    killed.add(pid)
             except ProcessLookupError:
                 pass
         for pid in orphans:
@@ -460,6 +552,29 @@ def _reap(pid: int, deadline: float) -> None:
         if done or time.monotonic() > deadline:
             return
         time.sleep(0.005)
+
+
+def _live_processes(uid: int) -> list[dict[str, str]]:
+    return [p for p in processes_of(uid) if not p.get("State", "").startswith("Z")]
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:  # gone already
+        return None
+
+
+def _below(folder: str, *paths: Path) -> tuple[str, ...]:
+    """The ``paths`` that lie below ``folder``."""
+    return tuple(str(p) for p in paths if os.path.realpath(p).startswith(folder + os.sep))
+
+
+def _nonempty(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
 
 
 def _is_provided(path: Path) -> bool:

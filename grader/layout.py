@@ -1,5 +1,5 @@
 """The course layout, in one place: which files students write, which are provided, where
-the repository and the default rubric are, and how concurrent graders are told apart.
+the repository and the default rubric are.
 
 Standard library only: the batch runner and the Gradescope entry point import it without
 importing torch.
@@ -17,10 +17,6 @@ STUDENT_FILES = ("pipeline.py", "tensor_parallel.py")
 # Which student file each homework problem (the part before the dot) is written in.
 FILE_OF_PROBLEM = {"2": "pipeline.py", "3": "tensor_parallel.py", "4": "pipeline.py"}
 SOLUTION_MARKER = "# BEGIN SOLUTION"
-
-# The environment variable that gives a grader process its uid slot: the children of slot k
-# run as the configured user's uid minus k, so concurrent graders never share a uid.
-UID_SLOT_VARIABLE = "GRADER_UID_SLOT"
 
 
 def provided_files(folder: Path = PROVIDED_FOLDER) -> list[Path]:

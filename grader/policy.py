@@ -9,7 +9,8 @@ The rubric's ``[policy] forbidden`` lists dotted names. A file is flagged where 
 * names a builtin on the list (``__import__``, ``eval``, ``open``);
 * accesses an attribute listed with a leading dot (``.__wrapped__``, ``.__globals__``).
 
-A file that does not parse has no findings (every criterion says what the error is).
+A file that does not parse has no findings (every criterion says what the error is); one
+nested too deep for Python's parser gets one finding, ``(not scanned)``.
 Findings never change the score: the report lists them and marks the submission "needs
 review", so a person decides. The scan is a tripwire for the obvious, not a sandbox:
 ``getattr(__import__("o" + "s"), ...)`` is flagged for ``__import__``, but code built at run
@@ -19,6 +20,9 @@ from __future__ import annotations
 
 import ast
 from dataclasses import asdict, dataclass
+
+UNSCANNABLE = "(not scanned)"  # the name of the finding for a file the scan could not read
+FINDINGS_KEPT = 100  # findings a report lists (a file may repeat a forbidden name thousands of times)
 
 
 @dataclass(frozen=True)
@@ -48,12 +52,22 @@ def _dotted(node: ast.AST) -> str | None:
     return ".".join(reversed(parts))
 
 
-class _Scanner(ast.NodeVisitor):
+class _Scanner:
+    """Walks a syntax tree depth-first in source order with a stack of its own, not with
+    recursion: a student file nested thousands deep (``1+1+...``) must not crash the scan."""
+
     def __init__(self, forbidden: tuple[str, ...]):
         self.modules = [f for f in forbidden if not f.startswith(".")]
         self.attributes = {f[1:] for f in forbidden if f.startswith(".")}
         self.aliases: dict[str, str] = {}  # local name -> full dotted name it was imported as
         self.hits: list[tuple[int, str]] = []
+
+    def scan(self, tree: ast.AST) -> None:
+        stack = [tree]
+        while stack:
+            node = stack.pop()
+            if self._visit(node):
+                stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
     def _flag(self, node: ast.expr | ast.stmt, dotted: str) -> None:
         for name in self.modules:
@@ -61,20 +75,36 @@ class _Scanner(ast.NodeVisitor):
                 self.hits.append((node.lineno, name))
                 return
 
-    def visit_Import(self, node: ast.Import) -> None:
-        for alias in node.names:
-            self._flag(node, alias.name)
-            local = alias.asname or alias.name.split(".")[0]
-            self.aliases[local] = alias.name if alias.asname else local
+    def _visit(self, node: ast.AST) -> bool:
+        """Note what ``node`` uses; whether its children still need a look."""
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                self._flag(node, alias.name)
+                local = alias.asname or alias.name.split(".")[0]
+                self.aliases[local] = alias.name if alias.asname else local
+            return False
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            for alias in node.names:
+                full = f"{module}.{alias.name}" if module else alias.name
+                self._flag(node, full)
+                self.aliases[alias.asname or alias.name] = full
+            return False
+        if isinstance(node, ast.Attribute):
+            return self._visit_attribute(node)
+        if isinstance(node, ast.Name):
+            if node.id not in self.aliases:  # an imported module's bare name was flagged at the import
+                self._flag(node, node.id)
+            return False
+        if isinstance(node, ast.Call):
+            function = _dotted(node.func)
+            if function in ("__import__", "importlib.import_module") and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    self._flag(node, first.value)
+        return True
 
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        module = node.module or ""
-        for alias in node.names:
-            full = f"{module}.{alias.name}" if module else alias.name
-            self._flag(node, full)
-            self.aliases[alias.asname or alias.name] = full
-
-    def visit_Attribute(self, node: ast.Attribute) -> None:
+    def _visit_attribute(self, node: ast.Attribute) -> bool:
         if node.attr in self.attributes:
             self.hits.append((node.lineno, "." + node.attr))
         dotted = _dotted(node)
@@ -82,31 +112,25 @@ class _Scanner(ast.NodeVisitor):
             root, _, rest = dotted.partition(".")
             if root in self.aliases:
                 self._flag(node, self.aliases[root] + "." + rest)
-                return  # the chain's inner nodes are the same use
-        self.generic_visit(node)
-
-    def visit_Name(self, node: ast.Name) -> None:
-        if node.id not in self.aliases:  # an imported module's bare name was flagged at the import
-            self._flag(node, node.id)
-
-    def visit_Call(self, node: ast.Call) -> None:
-        function = _dotted(node.func)
-        if function in ("__import__", "importlib.import_module") and node.args:
-            first = node.args[0]
-            if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                self._flag(node, first.value)
-        self.generic_visit(node)
+                for inner in rest.split(".")[:-1]:  # the chain's inner attributes (torch.sys.modules)
+                    if inner in self.attributes:
+                        self.hits.append((node.lineno, "." + inner))
+                return False  # the chain's inner nodes are the same use
+        return True
 
 
 def scan_source(name: str, source: bytes | str, forbidden: tuple[str, ...]) -> list[Finding]:
-    """Findings in one student file, in line order, one per (line, entry)."""
+    """Findings in one student file, in line order, one per (line, entry). A file too deeply
+    nested for Python's own parser gets one finding saying it could not be scanned."""
     text = source.decode("utf-8", errors="replace") if isinstance(source, bytes) else source
     try:
         tree = ast.parse(text, filename=name)
     except (SyntaxError, ValueError):
         return []  # the criteria report the error itself; nothing here to review
+    except (RecursionError, MemoryError) as error:  # "too complex to parse": nested too deep
+        return [Finding(name, 0, UNSCANNABLE, f"the file could not be scanned ({type(error).__name__})")]
     scanner = _Scanner(tuple(forbidden))
-    scanner.visit(tree)
+    scanner.scan(tree)
     lines = text.splitlines()
     seen, findings = set(), []
     for line, entry in sorted(scanner.hits):

@@ -3,14 +3,20 @@
 - :class:`Status`: what a criterion ended as.
 - :class:`Kind`: what a child's run produced; the child itself may only report the
   ``REPORTED_BY_CHILD`` kinds, in an envelope ``{"kind": ..., ...}`` (see grader.child).
+- :func:`check_envelope`: a child's report, checked field by field before anyone uses it
+  (it is data from a process the student controls).
 - :class:`Result` / :class:`Report`: one grading run, and the JSON report they become
   (:func:`as_json`, :func:`write_json_report`) and are read back from
   (:func:`read_json_report`, used by the batch runner): writer and reader side by side.
+- :func:`capped`, :func:`storable` and :func:`printable`: text from a child is capped and
+  made writable as UTF-8 when it enters a report, and its control characters are escaped
+  on the way out (terminal, CSV, Gradescope).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -18,6 +24,9 @@ from pathlib import Path
 
 SCHEMA_VERSION = 1
 MAX_REPORT_BYTES = 10_000_000
+MESSAGE_CHARACTERS = 8_000  # a criterion's message (a traceback fits)
+OUTPUT_CHARACTERS = 70_000  # what a child printed: the harness keeps its last 64 KB
+NOTE_CHARACTERS = 1_000  # one note of a report
 
 
 class _Text(str, Enum):
@@ -51,6 +60,75 @@ class Kind(_Text):
 
 REPORTED_BY_CHILD = frozenset({Kind.OBSERVATION, Kind.FAIL, Kind.EXCEPTION, Kind.GARBAGE, Kind.GRADER_ERROR})
 
+# The fields of a child's envelope, per kind: name -> (types allowed, required). Every kind
+# may also carry ``tampered``: the names the child saw replaced while the student's code ran.
+_TEXT, _OPTIONAL_TEXT, _FLAG = ((str,), True), ((str, type(None)), False), ((bool,), True)
+ENVELOPE_FIELDS: dict[Kind, dict[str, tuple[tuple[type, ...], bool]]] = {
+    Kind.OBSERVATION: {},  # plus ``observation``: the judge reads it through grader.checks.observed
+    Kind.FAIL: {"message": _TEXT},
+    Kind.EXCEPTION: {"type": _TEXT, "module_not_found": _OPTIONAL_TEXT, "not_implemented": _FLAG,
+                     "message": _TEXT, "traceback": _TEXT},
+    Kind.GARBAGE: {"message": _TEXT},
+    Kind.GRADER_ERROR: {"message": _TEXT},
+}
+TAMPERED_NAMES = 20  # most names of replaced objects an envelope keeps
+
+
+def check_envelope(value: object) -> dict:
+    """A child's envelope with exactly the fields of its kind, of the right types, its text
+    capped and storable (see :func:`storable`).
+
+    Raises:
+        ValueError: saying what is wrong with it (the child's report is then garbage: a
+            forged or broken report is the student's failure, never a grader error).
+    """
+    if type(value) is not dict:
+        raise ValueError(f"it is a {type(value).__name__}, not a mapping")
+    kind = value.get("kind")
+    if type(kind) is not str or kind not in REPORTED_BY_CHILD:
+        raise ValueError(f"its kind is {storable(repr(kind), 80)}")
+    checked: dict = {"kind": kind}
+    for name, (types, required) in ENVELOPE_FIELDS[Kind(kind)].items():
+        field_value = value.get(name)
+        if type(field_value) not in types or (required and field_value is None):
+            raise ValueError(f"its {name!r} is a {type(field_value).__name__}")
+        checked[name] = storable(field_value, MESSAGE_CHARACTERS) if type(field_value) is str else field_value
+    if kind == Kind.OBSERVATION:
+        if "observation" not in value:
+            raise ValueError("it has no observation")
+        checked["observation"] = value["observation"]
+    tampered = value.get("tampered", [])
+    if type(tampered) is not list or not all(type(name) is str for name in tampered):
+        raise ValueError("its 'tampered' is not a list of names")
+    if tampered:
+        checked["tampered"] = [storable(name, 200) for name in tampered[:TAMPERED_NAMES]]
+    return checked
+
+
+def capped(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters]"
+
+
+def storable(text: str, limit: int) -> str:
+    """``text`` capped, with lone surrogates (``"\\ud800"``: valid in a Python string, not in
+    UTF-8) written as backslash escapes, so every report can be written whatever a child
+    produced."""
+    return capped(text, limit).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+# Control characters (C0 but tab and newline, DEL, C1) and the bidirectional overrides
+# that reorder text on screen: shown as escapes, never sent to a terminal or a spreadsheet.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\x1b``): what a student's code printed or
+    raised cannot move the cursor, ring the bell or restyle a TA's terminal."""
+    return _UNPRINTABLE.sub(lambda match: ascii(match.group())[1:-1], storable(text, len(text)))
+
 
 def format_points(value: float) -> str:
     return f"{value:g}"
@@ -70,6 +148,10 @@ class Result:
     seconds: float
     output: str = ""
     details: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.message = storable(self.message, MESSAGE_CHARACTERS)
+        self.output = storable(self.output, OUTPUT_CHARACTERS)
 
 
 @dataclass
@@ -109,8 +191,13 @@ class Report:
 
     def flag(self, reason: str) -> None:
         """Ask the course staff to look at this submission, for ``reason`` (once)."""
+        reason = storable(reason, NOTE_CHARACTERS)
         if reason not in self.review:
             self.review.append(reason)
+
+    def note(self, text: str) -> None:
+        """Add a note (capped: notes may quote what a child did)."""
+        self.notes.append(storable(text, NOTE_CHARACTERS))
 
 
 def as_json(report: Report) -> dict:

@@ -1,10 +1,15 @@
-"""What a grading run shows and writes: terminal lines and tables, ``--json``, ``--gradescope``."""
+"""What a grading run shows and writes: terminal lines and tables, ``--json``, ``--gradescope``.
+
+Text meant for people (the terminal, Gradescope's page) goes out through
+:func:`grader.protocol.printable`: what a student's code printed or raised cannot reach a
+terminal as control characters.
+"""
 from __future__ import annotations
 
 import json
 import os
 
-from grader.protocol import Report, Result, Status, write_atomic
+from grader.protocol import Report, Result, Status, printable, write_atomic
 from grader.protocol import format_points as _points
 from grader.rubric import Rubric
 
@@ -14,7 +19,7 @@ POLICY_LINES_SHOWN = 20
 
 def live_line(result: Result) -> str:
     """One line per criterion as it finishes: id, status, points, seconds."""
-    return f"  {result.id:<22} {result.status:<8} {_points(result.earned):>3}/{_points(result.points):<3} {result.seconds:6.2f} s"
+    return printable(f"  {result.id:<22} {result.status:<8} {_points(result.earned):>3}/{_points(result.points):<3} {result.seconds:6.2f} s")
 
 
 def _indent(text: str, prefix: str = "    ") -> str:
@@ -66,7 +71,7 @@ def summary(report: Report, rubric: Rubric) -> str:
             lines.append(f"    ... and {len(report.policy_findings) - POLICY_LINES_SHOWN} more (see the JSON report)")
     if report.child_seconds is not None:
         lines += ["", f"Each criterion ran in its own isolated process (start-up {report.child_seconds * 1000:.0f} ms); seed {report.seed}."]
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 GPU_NOTE = (
@@ -99,7 +104,7 @@ def gradescope(report: Report, rubric: Rubric, seconds: float) -> dict:
             "score": result.earned,
             "max_score": result.points,
             "status": "passed" if result.status == Status.PASSED else "failed",
-            "output": f"[{result.status}] {output}".rstrip() if result.status != Status.PASSED else "passed",
+            "output": printable(f"[{result.status}] {output}".rstrip()) if result.status != Status.PASSED else "passed",
             "visibility": visibility.get(result.id, "visible"),
         })
     notes = [GPU_NOTE.format(names="; ".join(blocked))] if blocked else []

@@ -22,10 +22,15 @@ def unpack(zip_path: Path, root: Path, submission: dict[str, str]) -> Path:
     return root
 
 
+# Nested limits, each below the one around it: the test (pytest-timeout, AUTOGRADER_S + 60 in
+# the tests that use this), the run_autograder process, the grader's own AUTOGRADER_TIMEOUT.
+AUTOGRADER_S = 300
+
+
 def run_autograder(root: Path, python: str = sys.executable) -> dict:
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": python}
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": python, "AUTOGRADER_TIMEOUT": str(AUTOGRADER_S - 30)}
     result = subprocess.run(
-        [str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True, timeout=600
+        [str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True, timeout=AUTOGRADER_S
     )
     assert result.returncode == 0, result.stderr
     return json.loads((root / "results" / "results.json").read_text())

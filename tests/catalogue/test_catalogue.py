@@ -11,17 +11,22 @@ Hostile entries may also give ``[[extra_file]]`` tables (``name``, ``content``: 
 the submission folder, such as a conftest.py), ``settings`` (rubric ``[grader]`` values to
 use, e.g. a low ``max_processes`` for a fork bomb), ``expect_review`` (default false: whether
 the report must say "needs review"), ``expect_policy`` (entries of the policy scan that must be
-found), ``expect_note`` (text some report note must contain) and ``requires_root`` (skip when
-the tests do not run as root: the defence needs it).
+found), ``expect_note`` (text some report note must contain), ``expect_gone`` (paths that
+must not exist after grading, e.g. files the submission wrote into /tmp) and
+``requires_root`` (skip when the tests do not run as root: the defence needs it). The text
+``@RUN_TOKEN@`` in a source or a path is replaced by a token fresh for each test run.
 
 Upload entries give ``archive`` (``"zip"``, ``"tar.gz"`` or ``"tgz"``): the submission is then
 that archive instead of a folder, the student file stored as ``prefix`` + its name (a prefix
 such as ``'hw5\\minitorch\\'`` is what a Windows zip holds) and each ``[[extra_file]]`` under
 its ``name`` as written (``__MACOSX/._pipeline.py``, ``../evil.py``); an extra file with ``link``
-instead of ``content`` is a symbolic link to that target. Every entry is graded like the command
-line does it, writing the JSON and Gradescope reports after every criterion; afterwards both
-must still be the parent's, complete and consistent (a hostile child must not have changed
-them), and no process the child started may be left.
+instead of ``content`` is a symbolic link to that target.
+
+Every entry is graded like the command line does it, writing the JSON and Gradescope reports
+after every criterion; afterwards both must still be the parent's, complete, consistent
+and small (a hostile child must not have changed or flooded them), the terminal summary and
+the Gradescope texts must hold no control characters but newlines and tabs, and no process
+the child started may be left.
 """
 from __future__ import annotations
 
@@ -29,6 +34,8 @@ import dataclasses
 import io
 import json
 import os
+import re
+import secrets
 import stat
 import sys
 import tarfile
@@ -51,10 +58,14 @@ else:
 CATALOGUE = Path(__file__).resolve().parent
 ENTRY_KEYS = {
     "description", "file", "replace", "source", "lose", "only", "timeout", "expect_status", "expect_message",
-    "extra_file", "settings", "expect_review", "expect_policy", "expect_note", "requires_root", "archive", "prefix",
+    "extra_file", "settings", "expect_review", "expect_policy", "expect_note", "requires_root", "expect_gone",
+    "archive", "prefix",
 }
 ARCHIVE_MODES = {"zip": None, "tar.gz": "w:gz", "tgz": "w:gz"}
 BOUND_SECONDS = 60  # any entry, hostile ones included, is graded within this
+REPORT_BYTES = 1_000_000  # any entry's report.json and results.json stay below this
+RUN_TOKEN = "@RUN_TOKEN@"
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def load_entry(path: Path) -> dict:
@@ -77,8 +88,8 @@ def build_source(entry: dict, name: str) -> str:
     return source
 
 
-def submission_files(entry: dict, name: str) -> dict[str, str]:
-    files = {} if entry.get("file") is None else {entry["file"]: build_source(entry, name)}
+def submission_files(entry: dict, name: str, token: str = "") -> dict[str, str]:
+    files = {} if entry.get("file") is None else {entry["file"]: build_source(entry, name).replace(RUN_TOKEN, token)}
     for extra in entry.get("extra_file", []):
         files[extra["name"]] = extra["content"]
     return files
@@ -122,9 +133,12 @@ def grade_like_the_cli(folder: Path, entry: dict, out: Path):
 
 
 def check_reports(report, json_path: Path, gradescope_path: Path, wait: bool) -> None:
-    """Both files are the parent's: parseable, complete, and saying what the report says."""
+    """Both files are the parent's: parseable, complete, small, and saying what the report says;
+    what a person reads holds no control characters."""
     if wait:  # a process the submission left behind would have had time to change them
         time.sleep(0.3)
+    for path in (json_path, gradescope_path):
+        assert path.stat().st_size < REPORT_BYTES, f"{path.name} is {path.stat().st_size} bytes"
     written = json.loads(json_path.read_text())
     assert written["complete"] is True and written["score"] == report.score
     assert [(c["id"], c["status"], c["earned"]) for c in written["criteria"]] == [
@@ -133,6 +147,9 @@ def check_reports(report, json_path: Path, gradescope_path: Path, wait: bool) ->
     gradescope = json.loads(gradescope_path.read_text())
     graded = [r for r in report.results if r.status != "blocked"]  # blocked ones are a note, not a test
     assert gradescope["score"] == report.score and len(gradescope["tests"]) == len(graded)
+    for text in [reports.summary(report, load_rubric()), gradescope["output"], *(t["output"] for t in gradescope["tests"])]:
+        text.encode("utf-8")  # strict: a lone surrogate would raise here, as on a terminal
+        assert not CONTROL.search(text.replace("\n", "").replace("\t", "")), f"control characters in {text[:200]!r}"
 
 
 @pytest.mark.parametrize("path", sorted(CATALOGUE.glob("*.toml")), ids=lambda p: p.stem)
@@ -140,11 +157,13 @@ def test_catalogue_entry(path: Path, tmp_path: Path):
     entry = load_entry(path)
     if entry.get("requires_root") and os.geteuid() != 0:
         pytest.skip("the defence this entry tests needs the grader to run as root")
+    token = secrets.token_hex(8)
+    gone = [Path(p.replace(RUN_TOKEN, token)) for p in entry.get("expect_gone", [])]
     if "archive" in entry:
         assert entry["archive"] in ARCHIVE_MODES, f"{path.name}: archive must be one of {sorted(ARCHIVE_MODES)}"
         folder = pack(entry, path.name, tmp_path)
     else:
-        folder = write_submission(tmp_path / "submission", submission_files(entry, path.name))
+        folder = write_submission(tmp_path / "submission", submission_files(entry, path.name, token))
     started = time.monotonic()
     report, json_path, gradescope_path = grade_like_the_cli(folder, entry, tmp_path)
     assert time.monotonic() - started < BOUND_SECONDS
@@ -169,6 +188,7 @@ def test_catalogue_entry(path: Path, tmp_path: Path):
         assert any(entry["expect_note"] in note for note in report.notes), f"notes: {report.notes}"
     if os.geteuid() == 0 and report.environment.get("children_uid") not in (None, 0):
         assert leftover_processes(report.environment["children_uid"]) == []
+    assert [p for p in gone if os.path.lexists(p)] == [], "left behind after grading"
 
 
 def test_old_must_occur_once():

@@ -4,6 +4,7 @@ Most tests drive ``run_batch`` with a fake grader (a script that misbehaves on p
 last one runs the real ``python -m grader batch`` on three submissions."""
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -139,10 +140,14 @@ def test_duplicate_names_are_both_graded_and_flagged(tmp_path):
     ]
 
 
+BATCH_S, STUDENT_S = 540, 240  # the batch, each student in it (two rounds of --jobs 2); the test allows 600
+
+
 @pytest.mark.slow  # a whole grader run in a subprocess
-@pytest.mark.timeout(660)  # outlasts the batch's own 600 s limit; a shared machine can take minutes
+@pytest.mark.timeout(BATCH_S + 60)
 def test_real_grader_on_three_submissions(tmp_path):
-    """Answer key (folder), stubs (folder) and answer key (zip) through `python -m grader batch`."""
+    """Answer key (folder), stubs (folder) and answer key (zip) through `python -m grader batch
+    --jobs 2`: the two graded at once run their children as distinct uids (as root)."""
     key, stub = tmp_path / "class" / "key", tmp_path / "class" / "stub"
     key.mkdir(parents=True)
     stub.mkdir()
@@ -156,16 +161,20 @@ def test_real_grader_on_three_submissions(tmp_path):
     start = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "grades.csv"),
-         "--html", str(tmp_path / "class.html")],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+         "--jobs", "2", "--timeout", str(STUDENT_S), "--html", str(tmp_path / "class.html")],
+        cwd=REPO, capture_output=True, text=True, timeout=BATCH_S,
     )
     print(f"batch of 3 graded in {time.monotonic() - start:.1f} s")
     assert result.returncode == 0, result.stdout + result.stderr
     rows = {row["student"]: row for row in read_csv(tmp_path / "grades.csv")}
+    uids = set()
     for name in ("key", "key_zip"):
         report = json.loads(Path(rows[name]["report"]).read_text())
         expected = report["max_score"] - report["blocked_points"]
         assert rows[name]["status"] == "graded" and float(rows[name]["total"]) == expected, rows[name]
+        uids.add(report["environment"]["children_uid"])
+    if os.geteuid() == 0:
+        assert len(uids) == 2 and 0 not in uids, uids
     assert rows["stub"]["status"] == "graded" and float(rows["stub"]["total"]) == 0
     assert "similar_to=key_zip" in rows["key"]["flags"] and "similar_to" not in rows["stub"]["flags"]
     assert 'data-a="key" data-b="key_zip"' in (tmp_path / "class.html").read_text()

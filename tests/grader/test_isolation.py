@@ -47,37 +47,6 @@ def test_children_drop_root(report):
     assert report.environment["children_uid"] != 0, report.notes
 
 
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="children change user only when the grader runs as root")
-def test_batch_slots_give_concurrent_children_distinct_uids(monkeypatch):
-    import pwd
-
-    from grader.harness import HarnessError, _unprivileged_user
-    from grader.layout import UID_SLOT_VARIABLE as UID_SLOT
-    from grader.rubric import Settings
-
-    nobody = pwd.getpwnam("nobody")
-    monkeypatch.setenv(UID_SLOT, "0")
-    assert _unprivileged_user(Settings()) == (nobody.pw_uid, nobody.pw_gid)
-    free = next(k for k in range(1, 50) if not _has_account(nobody.pw_uid - k))
-    monkeypatch.setenv(UID_SLOT, str(free))
-    assert _unprivileged_user(Settings()) == (nobody.pw_uid - free, nobody.pw_gid)
-    taken = pwd.getpwnam("root").pw_uid  # a slot that lands on an account is refused
-    monkeypatch.setenv(UID_SLOT, str(nobody.pw_uid - taken))
-    with pytest.raises(HarnessError, match="belongs to 'root'"):
-        _unprivileged_user(Settings())
-
-
-def _has_account(uid: int) -> bool:
-    import pwd
-
-    try:
-        pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    return True
-
-
 def test_hiding_plan_keeps_only_a_virtualenv_inside_the_repository(monkeypatch, tmp_path):
     from grader import harness
 

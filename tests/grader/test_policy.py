@@ -31,6 +31,9 @@ def test_answer_key_and_stub_have_no_findings():
     ("def f(g):\n    return g.__wrapped__\n", [(2, ".__wrapped__")]),
     ("import os\nos.path.join('a', 'b')\nimport torch\ntorch.cat([])\n", []),
     ("def broken(:\n", []),  # the criteria report a syntax error; nothing to review
+    ("import torch\nm = torch.sys.modules\n", [(2, ".sys")]),  # an inner attribute of an imported chain
+    ("x = " + "-" * 1500 + "len(open.__name__)\n", [(1, "open")]),  # deeper than Python's recursion limit
+    ("x = " + "1 + " * 5000 + "1\n", [(0, "(not scanned)")]),  # too deep for Python's own parser
 ])
 def test_scan_finds_imports_uses_and_attributes(source, expected):
     assert names(source) == expected
@@ -56,3 +59,14 @@ def test_batch_flags_a_report_that_needs_review(tmp_path):
               "policy_findings": [{"file": "pipeline.py", "line": 1, "name": "ctypes", "code": "import ctypes"}]}
     _apply_report(outcome, report)
     assert outcome.score == 8 and "needs_review" in outcome.flags and "policy_findings=1" in outcome.flags
+
+
+def test_a_report_lists_the_first_findings_and_counts_them_all():
+    from grader.grading import _new_report
+    from grader.policy import FINDINGS_KEPT
+    from grader.submission import Submission
+
+    source = "".join(f"x{line} = open\n" for line in range(FINDINGS_KEPT + 50)).encode()
+    report = _new_report(Submission("many", {"pipeline.py": source}), load_rubric(), 0, 1)
+    assert len(report.policy_findings) == FINDINGS_KEPT and report.needs_review
+    assert any(f"found {FINDINGS_KEPT + 50} uses" in note for note in report.notes)

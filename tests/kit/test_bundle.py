@@ -6,7 +6,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from gradescope_helpers import run_autograder, unpack
+from gradescope_helpers import AUTOGRADER_S, run_autograder, unpack
 
 from grader.layout import REPOSITORY as REPO
 from grader.layout import provided_files
@@ -18,6 +18,9 @@ def autograder_zip(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist") / "autograder.zip"
     bundle.build(out)
     return out
+
+
+pytestmark = pytest.mark.timeout(AUTOGRADER_S + 60)
 
 
 def test_layout_scripts_and_pins(autograder_zip):

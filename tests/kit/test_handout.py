@@ -284,6 +284,9 @@ def pytest_sessionfinish(session):
 '''
 
 
+KIT_TESTS_S = 300  # the kit's test run; the tests that wait for it allow 60 s more
+
+
 def run_kit_tests(kit: Path, tmp_path: Path) -> dict:
     """Run the kit's own tests in a subprocess, from the kit folder; return each test's outcome."""
     (tmp_path / "plugin").mkdir(parents=True, exist_ok=True)
@@ -293,7 +296,7 @@ def run_kit_tests(kit: Path, tmp_path: Path) -> dict:
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "kit_outcomes", "-p", "no:cacheprovider"],
-        cwd=kit, env=env, capture_output=True, text=True, timeout=600,
+        cwd=kit, env=env, capture_output=True, text=True, timeout=KIT_TESTS_S,
     )
     assert outcomes.exists(), result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads(outcomes.read_text())
@@ -313,6 +316,7 @@ def scratch_kit(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(KIT_TESTS_S + 60)
 def test_stubbed_kit_fails_every_public_test_with_its_own_problem(scratch_kit):
     results = run_kit_tests(scratch_kit / "kit", scratch_kit / "stub-run")
     assert results, "the kit has no public tests"
@@ -331,6 +335,7 @@ def test_stubbed_kit_fails_every_public_test_with_its_own_problem(scratch_kit):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(KIT_TESTS_S + 60)
 def test_answer_key_passes_every_public_test_of_the_kit(scratch_kit):
     kit = scratch_kit / "key"
     shutil.copytree(scratch_kit / "kit", kit)

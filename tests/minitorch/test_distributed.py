@@ -185,3 +185,37 @@ def test_init_from_env_explains_missing_torchrun_variables(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(RuntimeError, match="RANK, WORLD_SIZE.*torchrun"):
         init_from_env()
+
+
+def test_a_failed_rendezvous_is_retried_once_with_a_fresh_one(tmp_path, monkeypatch, capfd):
+    """One rank's first attempt to join fails the way gloo does under load; the launch says so
+    and succeeds with fresh ranks. (The ranks are forked: they inherit the patched function.)"""
+    join = dist.init_process_group
+    marker = tmp_path / "failed-once"
+
+    def flaky_join(*args, **kwargs):
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return join(*args, **kwargs)
+        raise RuntimeError("[gloo/transport/tcp/pair.cc] Connection closed by peer (connectFullMesh failed)")
+
+    monkeypatch.setattr(dist, "init_process_group", flaky_join)
+    values = launch(_sum_of_ranks, 2, 1.0, backend="gloo", timeout=20)
+    assert [v["sum"].tolist() for v in values] == [[3.0] * 3] * 2
+    err = capfd.readouterr().err
+    assert "the 2 ranks could not connect to each other" in err and err.count("retrying once") == 1
+
+
+def test_a_rendezvous_that_fails_twice_raises_and_an_error_in_fn_is_not_retried(monkeypatch, capfd):
+    with pytest.raises(StudentError, match="rank 1: Problem 3.1"):
+        launch(_raise_on_rank_1, 2, StudentError, backend="gloo", timeout=10)
+    assert "retrying" not in capfd.readouterr().err
+
+    def never_join(*args, **kwargs):
+        raise RuntimeError("Connection closed by peer (connectFullMesh failed)")
+
+    monkeypatch.setattr(dist, "init_process_group", never_join)
+    with pytest.raises(RuntimeError, match="connectFullMesh failed"):
+        launch(_sum_of_ranks, 2, 1.0, backend="gloo", timeout=10)
+    assert capfd.readouterr().err.count("retrying once") == 1

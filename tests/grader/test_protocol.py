@@ -1,0 +1,54 @@
+"""What comes from a child is data: envelopes are checked field by field, texts are capped and
+made writable, and control characters are escaped on the way out."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grader.protocol import Result, Status, capped, check_envelope, printable, storable
+
+
+def test_capped_says_how_much_was_left_out():
+    assert capped("abcdef", 6) == "abcdef"
+    assert capped("abcdefgh", 3) == "abc... [5 more characters]"
+
+
+def test_storable_escapes_lone_surrogates():
+    text = storable("bad \ud800 and \udcff", 100)
+    assert text == "bad \\ud800 and \\udcff"
+    text.encode("utf-8")  # strict
+
+
+def test_printable_escapes_control_characters_but_keeps_lines():
+    shown = printable("a\x1b[2Jb\x07c\n\td\r\x9b\u202eé")
+    assert shown == "a\\x1b[2Jb\\x07c\n\td\\r\\x9b\\u202eé"
+
+
+def test_results_cap_their_message_and_stay_writable():
+    result = Result("2.1-schedule", "2.1", "t", 1, 0, Status.FAILED, "\ud800" + "x" * 20_000, 0.1, output="\udcff")
+    assert result.message.endswith("more characters]") and len(result.message) < 9_000
+    json.dumps({"m": result.message, "o": result.output}, ensure_ascii=False).encode("utf-8")
+
+
+def test_a_well_formed_envelope_keeps_its_fields():
+    envelope = {"kind": "exception", "type": "ValueError", "module_not_found": None, "not_implemented": False,
+                "message": "boom", "traceback": "  File ...", "extra": "dropped", "tampered": ["builtins.len"]}
+    assert check_envelope(envelope) == {**{k: v for k, v in envelope.items() if k != "extra"}}
+    assert check_envelope({"kind": "observation", "observation": [1, {"a": 2}]})["observation"] == [1, {"a": 2}]
+
+
+@pytest.mark.parametrize("envelope, why", [
+    ([], "not a mapping"),
+    ({"kind": "passed"}, "its kind is 'passed'"),
+    ({"kind": 3}, "its kind is 3"),
+    ({"kind": "fail"}, "its 'message' is a NoneType"),
+    ({"kind": "fail", "message": b"bytes"}, "its 'message' is a bytes"),
+    ({"kind": "exception", "type": "E", "module_not_found": 5, "not_implemented": False, "message": "", "traceback": ""},
+     "its 'module_not_found' is a int"),
+    ({"kind": "observation"}, "no observation"),
+    ({"kind": "garbage", "message": "", "tampered": "builtins.len"}, "'tampered' is not a list of names"),
+])
+def test_a_malformed_envelope_says_what_is_wrong(envelope, why):
+    with pytest.raises(ValueError, match=why.replace("(", r"\(")):
+        check_envelope(envelope)
