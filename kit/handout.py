@@ -11,7 +11,8 @@ Solutions are written once, in the answer key ``minitorch/``, between markers::
 :func:`strip_solutions` replaces every such region with a stub that raises
 ``NotImplementedError("Problem 2.1: clock_cycles")``. ``python -m kit build``
 writes the kit ``handout/`` (provided files verbatim, student files stripped, the public
-tests, a Makefile, a pyproject, the write-up and the pictures it links, ``figures/*.svg``);
+tests, a Makefile with ``submit.py`` behind ``make submit``, a pyproject, the write-up and
+the pictures it links, ``figures/*.svg``);
 ``python -m kit check`` fails when the committed ``handout/`` differs from a fresh
 generation.
 """
@@ -173,7 +174,8 @@ def _kit_pyproject() -> str:
         'testpaths = ["tests"]\n'
         '# The kit is never installed: tests import minitorch from this folder.\n'
         'pythonpath = ["."]\n'
-        f'addopts = "{options["addopts"]}"\n'
+        "# Short tracebacks; a test that stops at a stub is one NOT IMPLEMENTED letter (tests/conftest.py).\n"
+        f'addopts = "{options["addopts"]} --tb=short"\n'
         f'timeout = {options["timeout"]}\n'
         f"markers = [\n{markers}]\n"
     )
@@ -205,6 +207,7 @@ def _kit_files(student_files: list[str]) -> dict[str, str | bytes | Path]:
     makefile = (KIT_TEMPLATES / "Makefile.in").read_text()
     files["Makefile"] = makefile.replace("@STUDENT_FILES@", " ".join(f"minitorch/{n}" for n in student_files))
     files[".gitignore"] = KIT_TEMPLATES / "gitignore"
+    files["submit.py"] = KIT_TEMPLATES / "submit.py"  # what `make submit` runs
     # The README and the pictures it links (figures/*.svg), all computed at build time.
     rubric = REPO / DEFAULT_RUBRIC.relative_to(REPOSITORY)
     files.update(writeup.render_files(REPO / "writeup" / "README.md.in", rubric))
