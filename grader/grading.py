@@ -10,6 +10,7 @@ import contextlib
 import importlib
 import os
 import platform
+import re
 import secrets
 import signal
 import time
@@ -61,11 +62,19 @@ def select(criteria: list[Criterion], only: list[str] | None) -> list[Criterion]
     return [c for c in criteria if c.id in chosen]
 
 
+_STUB = re.compile(r"Problem (\d+\.\d+): ([\w.]+)")
+
+
 def _not_implemented(problem: str, message: str) -> str:
+    """``not implemented yet (Problem 3.3)``, naming the stub that stopped it: its own, or an
+    earlier part's it builds on (a kit stub says ``Problem 3.2: ColumnParallelLinear.shard``)."""
     text = f"not implemented yet (Problem {problem})"
-    if message and not message.startswith(f"Problem {problem}:"):
-        text += f"; your code raised NotImplementedError({message!r})"
-    return text
+    stub = _STUB.search(message or "")
+    if stub is None:
+        return text + (f"; your code raised NotImplementedError({message!r})" if message else "")
+    if stub[1] == problem:
+        return f"{text}: {stub[2]} still raises NotImplementedError"
+    return f"{text}: it builds on Problem {stub[1]}, whose {stub[2]} still raises NotImplementedError"
 
 
 def _exit_reason(code: int | None) -> str:

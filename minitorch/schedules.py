@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -465,43 +466,49 @@ def render_ascii(
     squeezed = max(1, math.floor(room / makespan * shortest)) / shortest
     unit = f"{1 / squeezed:.3g}"
     unit += " time unit" if unit == "1" else " time units"
-    note = f"(squeezed to fit: one column = {unit}, showing the kind of action running there, or {idle} idle)"
+    note = textwrap.fill(f"(squeezed to fit: 1 column = {unit}, the kind of action running, {idle} idle)", width)
     return note + "\n" + _bands(prefixes, _kinds_rows(timeline, squeezed, idle), squeezed, room, idle, border="|")
 
 
+def _column(time: float, columns_per_unit: float) -> int:
+    """The column where ``time`` falls, rounding halves up: an action of ``d`` units then
+    always spans at least ``floor(d * columns_per_unit)`` columns, wherever it starts."""
+    return math.floor(time * columns_per_unit + 0.5 + 1e-9)
+
+
 def _lecture_row(row, labels, cell_width: int, cells_per_unit: int, makespan: float, idle: str) -> str:
-    cells = [idle * cell_width] * round(makespan * cells_per_unit)
+    cells = [idle * cell_width] * _column(makespan, cells_per_unit)
     for slot in row:
-        for cell in range(round(slot.start * cells_per_unit), round(slot.end * cells_per_unit)):
+        for cell in range(_column(slot.start, cells_per_unit), _column(slot.end, cells_per_unit)):
             cells[cell] = labels[slot.action].ljust(cell_width)
     return "".join(cells)
 
 
 def _boxed_rows(timeline: Timeline, labels, columns: float, idle: str) -> list[str]:
-    rows = [[idle] * round(timeline.makespan * columns) for _ in timeline.slots]
+    rows = [[idle] * _column(timeline.makespan, columns) for _ in timeline.slots]
     for device, row in enumerate(timeline.slots):
         for slot in row:
-            first, last = round(slot.start * columns), round(slot.end * columns)
+            first, last = _column(slot.start, columns), _column(slot.end, columns)
             rows[device][first:last] = ("|" + labels[slot.action]).ljust(last - first)
     return ["".join(row) for row in rows]
 
 
 def _kinds_rows(timeline: Timeline, columns: float, idle: str) -> list[str]:
-    rows = [[idle] * round(timeline.makespan * columns) for _ in timeline.slots]
+    rows = [[idle] * _column(timeline.makespan, columns) for _ in timeline.slots]
     for device, row in enumerate(timeline.slots):
         for slot in row:
-            first, last = round(slot.start * columns), round(slot.end * columns)
+            first, last = _column(slot.start, columns), _column(slot.end, columns)
             rows[device][first:last] = slot.action.kind * (last - first)
     return ["".join(row) for row in rows]
 
 
 def _columns_per_unit(times: list[float], least: float) -> int:
     """At least ``least`` columns per unit: the smallest integer that puts every time on a
-    column if one is close, else one more than enough for rounding to keep every label."""
+    column if one is close (up to 1.5 times ``least``), else the smallest."""
     for columns in range(math.ceil(least - 1e-9), math.ceil(1.5 * least) + 1):
         if all(abs(t * columns - round(t * columns)) < 1e-6 for t in times):
             return columns
-    return math.ceil(least + 1)
+    return math.ceil(least - 1e-9)
 
 
 def _bands(prefixes: list[str], rows: list[str], columns_per_unit: float, room: int | None, idle: str,

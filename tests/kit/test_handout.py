@@ -11,8 +11,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from student_copy import borrow_environment
 
 from grader.layout import REPOSITORY as REPO
+from grader.tomlcompat import tomllib
 from kit import handout, writeup
 from kit.handout import HandoutError, strip_solutions
 
@@ -271,19 +273,22 @@ def pytest_sessionfinish(session):
 '''
 
 
-def run_kit_tests(kit: Path, tmp_path: Path) -> dict:
-    """Run the kit's own tests in a subprocess, from the kit folder; return each test's outcome."""
+def run_kit_tests(kit: Path, tmp_path: Path, as_a_student: bool = False) -> tuple[dict, str]:
+    """Run the kit's own tests in a subprocess, from the kit folder: each test's outcome, and
+    what the run printed. ``as_a_student``: through the kit's ``make test``, in its own .venv."""
     (tmp_path / "plugin").mkdir(parents=True, exist_ok=True)
     (tmp_path / "plugin" / "kit_outcomes.py").write_text(OUTCOMES_PLUGIN)
     outcomes = tmp_path / "outcomes.json"
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "plugin"), "KIT_OUTCOMES": str(outcomes)}
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "plugin"), "KIT_OUTCOMES": str(outcomes), "COLUMNS": "80"}
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "kit_outcomes", "-p", "no:cacheprovider"],
-        cwd=kit, env=env, capture_output=True, text=True, timeout=600,
-    )
+    if as_a_student:
+        borrow_environment(kit)
+        command = ["make", "--no-print-directory", "test", "PYTEST_ARGS=-p kit_outcomes"]
+    else:
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "kit_outcomes", "-p", "no:cacheprovider"]
+    result = subprocess.run(command, cwd=kit, env=env, capture_output=True, text=True, timeout=600)
     assert outcomes.exists(), result.stdout[-3000:] + result.stderr[-3000:]
-    return json.loads(outcomes.read_text())
+    return json.loads(outcomes.read_text()), result.stdout + result.stderr
 
 
 def _builds_on(marker: str, raised: tuple) -> bool:
@@ -299,9 +304,17 @@ def scratch_kit(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def first_make_test(scratch_kit):
+    """A student's first ``make test`` in a fresh copy of the kit: outcomes and what it printed."""
+    kit = scratch_kit / "first"
+    shutil.copytree(scratch_kit / "kit", kit)
+    return run_kit_tests(kit, scratch_kit / "stub-run", as_a_student=True)
+
+
 @pytest.mark.slow
-def test_stubbed_kit_fails_every_public_test_with_its_own_problem(scratch_kit):
-    results = run_kit_tests(scratch_kit / "kit", scratch_kit / "stub-run")
+def test_stubbed_kit_fails_every_public_test_with_its_own_problem(first_make_test):
+    results, _ = first_make_test
     assert results, "the kit has no public tests"
     wrong = []
     for test, entry in results.items():
@@ -324,8 +337,26 @@ def test_answer_key_passes_every_public_test_of_the_kit(scratch_kit):
     for name in handout.STUDENT_FILES:
         if (REPO / "minitorch" / name).exists():
             shutil.copyfile(REPO / "minitorch" / name, kit / "minitorch" / name)
-    results = run_kit_tests(kit, scratch_kit / "key-run")
+    results, _ = run_kit_tests(kit, scratch_kit / "key-run")
     assert results, "the kit has no public tests"
     failed = [f"{test}: {entry['outcome']} {entry.get('error') or ''}" for test, entry in results.items()
               if entry["outcome"] != "passed"]
     assert not failed, "\n".join(failed)
+
+
+@pytest.mark.slow
+def test_a_students_first_make_test_is_short_and_ends_with_a_summary_per_problem(first_make_test):
+    results, printed = first_make_test
+    lines = printed.rstrip().splitlines()
+    assert len(lines) <= 150, f"{len(lines)} lines:\n{printed[-3000:]}"
+    assert "Traceback" not in printed and "distributed.py" not in printed
+    summary = lines[lines.index(next(line for line in lines if "public tests by problem" in line)) + 1:]
+    markers = tomllib.loads((KIT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    problems = [m.split(":")[0].removeprefix("problem_").replace("_", ".") for m in markers if m.startswith("problem_")]
+    for problem in problems:
+        tests = sum(problem in [m.removeprefix("problem_").replace("_", ".") for m in r["markers"]] for r in results.values())
+        line = next((line for line in summary if line.startswith(problem + " ")), None)
+        assert line is not None, f"no summary line for {problem}:\n" + "\n".join(summary)
+        assert f" 0/{tests} pass" in line and f"{tests} not implemented yet: Problem " in line, line
+    assert "3.2: ColumnParallelLinear" in next(line for line in summary if line.startswith("3.3 "))
+    assert re.search(rf"=+ {len(results)} not implemented in [\d.]+s =+", printed), lines[-3:]
