@@ -14,6 +14,7 @@ import pytest
 from student_copy import borrow_environment
 
 from grader.layout import REPOSITORY as REPO
+from grader.rubric import load_rubric
 from grader.tomlcompat import tomllib
 from kit import handout, writeup
 from kit.handout import HandoutError, strip_solutions
@@ -143,6 +144,21 @@ def test_points_tables_come_from_the_rubric(tmp_path):
     assert "| `9.2-fast` | timed | 5 | 2 CUDA GPUs |" in writeup.points_table(criteria, "9.2")
     with pytest.raises(writeup.WriteupError, match="no enabled criterion for problem 7"):
         writeup.points_table(criteria, "7")
+
+
+def test_the_review_list_comes_from_the_rubrics_policy(tmp_path):
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text('[policy]\nforbidden = ["inspect", ".__wrapped__"]\n'
+                      '[[criterion]]\nid = "9.1-a"\nproblem = "9.1"\ntitle = "t"\npoints = 3\n')
+    template = tmp_path / "README.md.in"
+    template.write_text("flagged: {{policy_forbidden}}\n")
+    assert writeup.render(template, rubric) == "flagged: `inspect`, `.__wrapped__`\n"
+
+
+def test_the_kit_write_up_lists_every_name_the_policy_scan_flags():
+    readme = (KIT / "README.md").read_text()
+    section = readme[readme.index("**Flagged for review.**"):]
+    assert all(f"`{name}`" in section for name in load_rubric().forbidden)
 
 
 def test_rubric_errors_name_the_criterion(tmp_path):
