@@ -162,7 +162,8 @@ def test_points_tables_come_from_the_grader_s_own_rubric_parser(tmp_path):
 def test_the_review_list_comes_from_the_rubrics_policy(tmp_path):
     rubric = tmp_path / "rubric.toml"
     rubric.write_text('[policy]\nforbidden = ["inspect", ".__wrapped__"]\n'
-                      '[[criterion]]\nid = "9.1-a"\nproblem = "9.1"\ntitle = "t"\npoints = 3\n')
+                      '[[criterion]]\nid = "9.1-a"\nproblem = "9.1"\ntitle = "t"\npoints = 3\nneeds = "cpu"\n'
+                      'check = "problem2:schedule"\n')
     template = tmp_path / "README.md.in"
     template.write_text("flagged: {{policy_forbidden}}\n")
     assert writeup.render(template, rubric) == "flagged: `inspect`, `.__wrapped__`\n"
