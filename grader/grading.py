@@ -10,7 +10,6 @@ import contextlib
 import importlib
 import os
 import platform
-import re
 import secrets
 import signal
 import time
@@ -25,6 +24,7 @@ from grader.harness import Harness, HarnessError, Outcome, format_bytes
 from grader.protocol import Kind, Report, Result, Status
 from grader.rubric import HARDWARE, Criterion, Rubric
 from grader.submission import Submission
+from minitorch.cli import STUB_MESSAGE
 
 
 def environment() -> dict:
@@ -62,14 +62,11 @@ def select(criteria: list[Criterion], only: list[str] | None) -> list[Criterion]
     return [c for c in criteria if c.id in chosen]
 
 
-_STUB = re.compile(r"Problem (\d+\.\d+): ([\w.]+)")
-
-
 def _not_implemented(problem: str, message: str) -> str:
     """``not implemented yet (Problem 3.3)``, naming the stub that stopped it: its own, or an
     earlier part's it builds on (a kit stub says ``Problem 3.2: ColumnParallelLinear.shard``)."""
     text = f"not implemented yet (Problem {problem})"
-    stub = _STUB.search(message or "")
+    stub = STUB_MESSAGE.search(message or "")
     if stub is None:
         return text + (f"; your code raised NotImplementedError({message!r})" if message else "")
     if stub[1] == problem:

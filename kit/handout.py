@@ -30,6 +30,7 @@ from pathlib import Path
 from grader.layout import DEFAULT_RUBRIC, REPOSITORY, STUDENT_FILES
 from grader.tomlcompat import tomllib
 from kit import writeup
+from minitorch.cli import stub_message
 
 REPO = REPOSITORY  # a module attribute, so that tests can build from a copy of the repository
 KIT_TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -153,7 +154,7 @@ def strip_solutions(source: str, filename: str = "<source>") -> str:
         name = _enclosing_function(tree, region, filename)
         stub = [
             f"{region.indent}# TODO: Implement for Problem {region.problem}.{newline}",
-            f'{region.indent}raise NotImplementedError("Problem {region.problem}: {name}"){newline}',
+            f'{region.indent}raise NotImplementedError("{stub_message(region.problem, name)}"){newline}',
         ]
         lines[region.begin - 1 : region.end] = stub
     stripped = "".join(lines)

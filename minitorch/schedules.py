@@ -466,7 +466,7 @@ def render_ascii(
     squeezed = max(1, math.floor(room / makespan * shortest)) / shortest
     unit = f"{1 / squeezed:.3g}"
     unit += " time unit" if unit == "1" else " time units"
-    note = textwrap.fill(f"(squeezed to fit: 1 column = {unit}, the kind of action running, {idle} idle)", width)
+    note = textwrap.fill(f"(squeezed to fit: 1 column = {unit}, the kind of action running, {idle} idle)", room + len(prefixes[-1]) + 2)
     return note + "\n" + _bands(prefixes, _kinds_rows(timeline, squeezed, idle), squeezed, room, idle, border="|")
 
 

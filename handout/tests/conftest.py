@@ -18,6 +18,8 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, settings
 
+from minitorch.cli import STUB_MESSAGE
+
 settings.register_profile(
     "ci",
     derandomize=True,
@@ -28,7 +30,6 @@ settings.register_profile(
 settings.register_profile("dev", deadline=None, max_examples=60)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
-_STUB = re.compile(r"Problem (\d+\.\d+): ([\w.]+)")
 _MARKER = re.compile(r"problem_(\d+)_(\d+)$")
 NOT_IMPLEMENTED = "not implemented"
 # nodeid -> (problem, outcome, stub): one entry per test, the worst of its phases.
@@ -72,7 +73,7 @@ def stub_of(error: BaseException | None) -> str | None:
             continue
         seen.append(error)
         if isinstance(error, NotImplementedError):
-            match = _STUB.search(str(error))
+            match = STUB_MESSAGE.search(str(error))
             if match:
                 return match[0]
         todo += [*getattr(error, "exceptions", ()), error.__cause__, error.__context__]
