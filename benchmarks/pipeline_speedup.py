@@ -26,26 +26,16 @@ from minitorch.pipeline import Pipe, one_f_one_b
 from minitorch.runtime import StageWorkers
 from minitorch.schedules import gpipe
 from minitorch.timing import time_paired
+from minitorch.workload import two_stages
 
 RESULTS = Path(__file__).parent / "results"
 NUM_STAGES = 2
 MICROBATCH_COUNTS = (1, 2, 4, 8, 16)
 
 
-class Block(nn.Module):
-    """A residual MLP block ``x + 0.1 * gelu(linear(x))`` as in HW5's timed workload."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.linear = nn.Linear(width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + 0.1 * F.gelu(self.linear(x))
-
-
 def make_stages(width: int, blocks_per_stage: int, seed: int = 0) -> list[nn.Module]:
     torch.manual_seed(seed)
-    return [nn.Sequential(*(Block(width) for _ in range(blocks_per_stage))) for _ in range(NUM_STAGES)]
+    return two_stages(width, NUM_STAGES * blocks_per_stage)
 
 
 def sequential_forward(stages, x):

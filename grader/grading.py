@@ -26,6 +26,7 @@ from grader.harness import Harness, HarnessError, Outcome, format_bytes
 from grader.protocol import Kind, Report, Result, Status
 from grader.rubric import HARDWARE, Criterion, Rubric
 from grader.submission import Submission
+from minitorch.cli import STUB_MESSAGE
 
 # Less time than this left of a run's budget: the criterion is not started (it could not finish).
 MIN_CRITERION_SECONDS = 2.0
@@ -80,10 +81,15 @@ def select(criteria: list[Criterion], only: list[str] | None) -> list[Criterion]
 
 
 def _not_implemented(problem: str, message: str) -> str:
+    """``not implemented yet (Problem 3.3)``, naming the stub that stopped it: its own, or an
+    earlier part's it builds on (a kit stub says ``Problem 3.2: ColumnParallelLinear.shard``)."""
     text = f"not implemented yet (Problem {problem})"
-    if message and not message.startswith(f"Problem {problem}:"):
-        text += f"; your code raised NotImplementedError({message!r})"
-    return text
+    stub = STUB_MESSAGE.search(message or "")
+    if stub is None:
+        return text + (f"; your code raised NotImplementedError({message!r})" if message else "")
+    if stub[1] == problem:
+        return f"{text}: {stub[2]} still raises NotImplementedError"
+    return f"{text}: it builds on Problem {stub[1]}, whose {stub[2]} still raises NotImplementedError"
 
 
 def _exit_reason(code: int | None) -> str:
