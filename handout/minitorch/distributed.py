@@ -31,6 +31,10 @@ How ``launch`` works, and why:
   interpreters instead; ``fn`` must then be importable, i.e. defined at module top level.)
 * Rendezvous goes through a file in a fresh private temporary directory (``tempfile``, so
   ``TMPDIR`` is respected): no port is probed or fixed, so concurrent launches never clash.
+  If the ranks fail to connect to each other (on a loaded machine gloo sometimes reports
+  "connectFullMesh failed ... Connection closed by peer"), ``launch`` says so on stderr and
+  retries once with fresh processes, a fresh rendezvous and fresh ports, within the same
+  ``timeout``.
 * Every collective has a short timeout (``timeout`` seconds), the whole launch too; a rank
   that hangs becomes a ``TimeoutError`` in the caller, never a hung test.
 * ``destroy_process_group`` always runs in every rank; when ``launch`` returns or raises, no
@@ -172,6 +176,31 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         raise ValueError(f"nccl needs one GPU per rank: {world_size} ranks, "
                          f"{torch.cuda.device_count()} GPUs")
 
+    deadline = time.monotonic() + timeout
+    try:
+        return _launch_once(fn, world_size, args, backend, timeout, deadline)
+    except _RendezvousFailed as failure:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise failure.error from None
+        print(f"minitorch.distributed.launch: the {world_size} ranks could not connect to each other "
+              f"({failure.error}); retrying once with a fresh rendezvous and fresh ports", file=sys.stderr, flush=True)
+    try:
+        return _launch_once(fn, world_size, args, backend, timeout, deadline)
+    except _RendezvousFailed as failure:
+        raise failure.error from None
+
+
+class _RendezvousFailed(Exception):
+    """The ranks could not form the process group (``error`` says why); nothing of ``fn`` ran."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _launch_once(fn, world_size: int, args: tuple, backend: str, timeout: float, deadline: float) -> list[Any]:
+    """One attempt of :func:`launch`: start the ranks, collect them, leave none running."""
     workdir = tempfile.mkdtemp(prefix="minitorch-launch-")
     # Forking after CUDA is initialised leaves the children with a broken CUDA context.
     context: Any = multiprocessing.get_context("spawn" if torch.cuda.is_initialized() else "fork")
@@ -186,7 +215,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
     try:
         for process in ranks:
             process.start()
-        return _collect(ranks, workdir, timeout)
+        return _collect(ranks, workdir, timeout, deadline)
     finally:
         _stop(ranks, workdir)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -204,6 +233,7 @@ def _rank_main(fn, rank, world_size, args, backend, timeout, workdir, parent_pid
     # One intra-op thread per rank: the ranks are the parallelism, and an OpenMP pool that the
     # parent already started cannot be used safely in a forked child (it deadlocks).
     torch.set_num_threads(1)
+    joined = False
     try:
         if backend == "nccl":
             torch.cuda.set_device(rank)
@@ -214,9 +244,11 @@ def _rank_main(fn, rank, world_size, args, backend, timeout, workdir, parent_pid
             world_size=world_size,
             timeout=datetime.timedelta(seconds=timeout),
         )
+        joined = True
         outcome = {"value": fn(rank, world_size, *args)}
     except BaseException as error:  # reported to the caller, who re-raises it
         outcome = _describe(error)
+        outcome["rendezvous"] = not joined
     try:
         # Report BEFORE leaving the group: the other ranks' "connection closed" echoes of a
         # failure must not reach the caller before the failure itself.
@@ -286,10 +318,12 @@ def _read_outcome(workdir: str, rank: int) -> dict | None:
             f"lists/tuples/dicts of those): {error}"))
 
 
-def _collect(ranks, workdir: str, timeout: float) -> list[Any]:
-    """Wait for every rank; return their values or raise the most telling failure."""
+def _collect(ranks, workdir: str, timeout: float, deadline: float) -> list[Any]:
+    """Wait for every rank; return their values or raise the most telling failure
+    (:class:`_RendezvousFailed` when a rank could not join the group and no rank's ``fn``
+    failed on its own)."""
     __tracebackhide__ = True
-    deadline = time.monotonic() + timeout + _REPORT_GRACE
+    deadline += _REPORT_GRACE
     outcomes: dict[int, dict] = {}
     while len(outcomes) < len(ranks):
         remaining = deadline - time.monotonic()
@@ -308,6 +342,9 @@ def _collect(ranks, workdir: str, timeout: float) -> list[Any]:
     missing = [r for r in range(len(ranks)) if r not in outcomes]
     failures = {r: o for r, o in outcomes.items() if "value" not in o}
     causes = {r: o for r, o in failures.items() if not o["is_echo"]}
+    joining = sorted(r for r, o in failures.items() if o.get("rendezvous"))
+    if joining and not {r for r in causes if not failures[r].get("rendezvous")}:
+        raise _RendezvousFailed(_rebuild(joining[0], failures[joining[0]]))
     if causes:
         rank = min(causes)
         raise _rebuild(rank, causes[rank])
