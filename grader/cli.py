@@ -1,4 +1,4 @@
-"""``python -m grader PATH ...``: grade one submission (``python -m grader batch ...``: many).
+"""``python -m grader PATH ...``: grade one submission (``batch ...``: many; ``slurm ...``: on a cluster).
 
 Exit status: 0 when grading ran to completion, whatever the score; 1 with
 ``--require-full`` unless every criterion that is not blocked passed; 2 for bad usage (no
@@ -20,7 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m grader",
         description="Grade a submission criterion by criterion, each in an isolated child process.",
-        epilog="`python -m grader batch FOLDER --csv FILE` grades a folder of submissions.",
+        epilog="`python -m grader batch FOLDER --csv FILE` grades a folder of submissions; "
+               "`python -m grader slurm write FOLDER --csv FILE --submit` grades it on a Slurm cluster.",
     )
     parser.add_argument("path", metavar="PATH", help="a folder with pipeline.py and/or tensor_parallel.py, or a .zip of one")
     parser.add_argument("--json", metavar="FILE", help="write the report as JSON (rewritten after every criterion)")
@@ -60,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "batch":
         return _batch(argv[1:])
+    if argv and argv[0] == "slurm":
+        from grader import cluster
+
+        return cluster.main(argv[1:])
     args = _parser().parse_args(argv)
     started = time.perf_counter()
     if args.timeout is not None and not args.timeout > 0:
