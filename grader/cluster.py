@@ -182,8 +182,7 @@ def write(args: argparse.Namespace) -> list[Path]:
     scripts = []
     for kind in KINDS:
         if kind not in kinds:
-            (folder / kind / "plan.json").unlink(missing_ok=True)  # an old plan must not join this merge
-            continue
+            continue  # an earlier plan of this kind stays: the merge still takes its results
         only, gpus = gpu_criteria() if kind == "gpu" else (args.only, 0)
         reports = gradebook.reports_folder(csv_path) / ("gpu" if kind == "gpu" else "")
         python = (args.gpu_python or args.python) if kind == "gpu" else args.python
