@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import regrade
+from grader.atomic import write_atomic
 from grader.canvas import OptionsError, RosterError
 from grader.discovery import DiscoveryError, Student, discover, safe_file_name
-from grader.report import write_atomic
 from grader.submission import STUDENT_FILES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -219,9 +219,8 @@ def run_batch(
     grader_command = grader_command or [sys.executable, "-m", "grader"]
     students, notes = discover(folder, gradebook.submissions_folder(csv_path))
     roster = gradebook.check(options, students)
-    for line in [*notes, gradebook.identity_note(options, roster)]:
-        if line:
-            progress(line)
+    for line in [*notes, *gradebook.notes(options, roster)]:
+        progress(line)
     reports = gradebook.reports_folder(csv_path)
     reports.mkdir(parents=True, exist_ok=True)
     run = f"batch-{secrets.token_hex(4)}"
@@ -260,7 +259,8 @@ def add_gradebook_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of what is written besides the CSV (shared with ``slurm``)."""
     parser.add_argument("--canvas", type=Path, metavar="FILE", help="also write Canvas's gradebook import to FILE")
     parser.add_argument(
-        "--assignment", help='the Canvas column header, copied from a gradebook export, e.g. "HW5 (123456)" (needed with --canvas)',
+        "--assignment",
+        help='the Canvas column header, copied from a gradebook export, e.g. "HW5 (123456)" (needed with --canvas)',
     )
     parser.add_argument("--roster", type=Path, help="a Canvas gradebook export CSV to match students against")
     parser.add_argument(

@@ -45,10 +45,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grader import gradebook
-from grader.batch import REPO, Outcome, add_gradebook_arguments, check_only, grade_student, progress_line
+from grader.atomic import write_atomic
+from grader.batch import (
+    REPO, Outcome, add_gradebook_arguments, check_only, grade_student, gradebook_options, progress_line,
+)
 from grader.canvas import OptionsError, RosterError
 from grader.discovery import DiscoveryError, Student, discover, safe_file_name
-from grader.report import write_atomic
 from grader.slots import SlotError, SlotLease
 
 KINDS = ("cpu", "gpu")
@@ -124,8 +126,10 @@ def array_script(plan: Plan, plan_path: Path, args: argparse.Namespace, gpus: in
     lines = [
         "#!/bin/bash",
         f"# Written by `python -m grader slurm write` on {time.strftime('%Y-%m-%d %H:%M')}: {len(plan.students)} students,",
-        f"# {plan.tasks} array tasks of at most {per_task}, grading {'the GPU criteria ' + ' '.join(plan.only) if gpu else 'on CPUs'}.",
-        f"# Submit with `sbatch {plan_path.parent / 'grade.sbatch'}`; afterwards `python -m grader slurm merge --csv {plan.csv}`.",
+        f"# {plan.tasks} array tasks of at most {per_task}, grading "
+        f"{'the GPU criteria ' + ' '.join(plan.only) if gpu else 'on CPUs'}.",
+        f"# Submit with `sbatch {plan_path.parent / 'grade.sbatch'}`;",
+        f"# afterwards `python -m grader slurm merge --csv {plan.csv}`.",
         f"#SBATCH --job-name=grade-{plan.kind}-{safe_file_name(Path(plan.csv).stem)}",
         f"#SBATCH --array=0-{plan.tasks - 1}" + (f"%{args.max_running}" if args.max_running else ""),
         f"#SBATCH --cpus-per-task={args.gpu_cpus_per_task if gpu else args.cpus_per_task}",
@@ -168,11 +172,13 @@ def merge_script(csv_path: Path, args: argparse.Namespace) -> str:
 def write(args: argparse.Namespace) -> list[Path]:
     """Write the plans and scripts; return the array scripts, the merge script last."""
     csv_path = args.csv.resolve()
-    options = gradebook.Options(args.canvas and args.canvas.resolve(), args.assignment,
-                                args.roster and args.roster.resolve(), args.name_is, args.gpu_reports and args.gpu_reports.resolve())
+    def absolute(path: Path | None) -> Path | None:
+        return path and path.resolve()
+
+    options = gradebook.Options(absolute(args.canvas), args.assignment, absolute(args.roster), args.name_is,
+                                absolute(args.gpu_reports))
     students, notes = discover(args.folder.resolve(), gradebook.submissions_folder(csv_path))
-    gradebook.check(options, students)
-    for note in notes:
+    for note in [*notes, *gradebook.notes(options, gradebook.check(options, students))]:
         print(note)
     if not students:
         raise OptionsError(f"{args.folder}: no students to grade")
@@ -325,8 +331,9 @@ def merge(csv_path: Path, overrides: gradebook.Options, progress=print) -> list[
     gpu = plans.get("gpu")
     if gpu is not None:
         planned = {s.name: (index, s) for index, s in enumerate(gpu.student_list())}
+        records = Path(gpu.reports) / "outcomes"
         for outcome in outcomes:
-            if outcome.student in planned and gradebook.load_outcome(outcome.student, Path(gpu.reports) / "outcomes", gpu.run) is None:
+            if outcome.student in planned and gradebook.load_outcome(outcome.student, records, gpu.run) is None:
                 died = _died(planned[outcome.student][1], gpu, planned[outcome.student][0], jobs)
                 outcome.flags = list(dict.fromkeys([*outcome.flags, "gpu_task_died", "needs_review"]))
                 outcome.detail = (outcome.detail + "; " if outcome.detail else "") + "GPU " + died.detail
@@ -383,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_task(args.plan, int(task))
         if args.command == "merge":
             start = time.monotonic()
-            outcomes = merge(args.csv, gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports))
+            outcomes = merge(args.csv, gradebook_options(args))
             _summary(outcomes, args.csv, time.monotonic() - start)
             return 0
         if args.per_task < 1 or args.jobs < 1 or args.timeout <= 0:

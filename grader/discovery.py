@@ -13,8 +13,9 @@ import os
 import shutil
 import stat
 import zipfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from grader import canvas
 from grader.submission import MAX_ZIP_BYTES, STUDENT_FILES, SubmissionNotFound, load_submission

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grader import canvas, regrade
+from grader.atomic import write_atomic
 from grader.batch import Outcome, _apply_report, _read_report, default_rows, escape_cell, write_csv
 from grader.discovery import Student, safe_file_name
-from grader.report import write_atomic
 
 CHANGELOG_COLUMNS = ("when", "run", "student", "criterion", "old_points", "new_points", "old_status", "new_status")
 # Flags that come from a student's JSON report; recomputed when GPU results change it.
@@ -49,7 +49,7 @@ class Options:
         return {key: None if value is None else str(value) for key, value in asdict(self).items()}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Options":
+    def from_json(cls, data: dict) -> Options:
         paths = ("canvas", "roster", "gpu_reports")
         return cls(**{key: Path(data[key]) if key in paths and data.get(key) else data.get(key) for key in asdict(cls())})
 
@@ -91,16 +91,19 @@ def check(options: Options, students: list[Student]) -> canvas.Roster | None:
     return canvas.read_roster(options.roster) if options.roster else None
 
 
-def identity_note(options: Options, roster: canvas.Roster | None) -> str | None:
-    """One line saying which identity the Canvas file uses (printed before grading)."""
+def notes(options: Options, roster: canvas.Roster | None) -> list[str]:
+    """Lines to print before grading: which identity the Canvas file uses, and doubts."""
     if options.canvas is None:
-        return None
+        return []
+    warning = canvas.assignment_warning(options.assignment or "")
+    lines = [warning] if warning else []
     if roster is not None:
         against = canvas.NAME_IS[options.name_is] if options.name_is else "SIS Login ID, SIS User ID or ID"
-        return f"Canvas identities from {roster.path}: folder names matched against {against}; Canvas downloads by their Canvas id"
+        return [*lines, f"Canvas identities from {roster.path}: folder names matched against {against}; "
+                        "students of a Canvas download by their Canvas id"]
     column = canvas.NAME_IS[options.name_is] if options.name_is else "ID"
-    return (f"no --roster: each folder name is written as the {column} column (--name-is "
-            f"{options.name_is or '-'}); students of a Canvas download by their Canvas id")
+    return [*lines, f"no --roster: each folder name is written as the {column} column of the Canvas file "
+                    f"(--name-is {options.name_is or '-'}); students of a Canvas download by their Canvas id"]
 
 
 def save_outcome(outcome: Outcome, run: str, folder: Path) -> None:

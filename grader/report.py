@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from pathlib import Path
 
+from grader.atomic import write_atomic  # here too: callers import it from this module
 from grader.grading import Report, Result, as_json
 from grader.harness import format_bytes
 from grader.rubric import Rubric
@@ -73,22 +72,6 @@ def summary(report: Report, rubric: Rubric) -> str:
     if report.child_seconds is not None:
         lines += ["", f"Each criterion ran in its own isolated process (start-up {report.child_seconds * 1000:.0f} ms); seed {report.seed}."]
     return "\n".join(lines)
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file and os.replace: never half a file."""
-    path = Path(path)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
 
 
 def write_json(report: Report, path: str | os.PathLike) -> None:

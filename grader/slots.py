@@ -78,7 +78,7 @@ class SlotLease:
             os.close(descriptor)
         self._files, self.slots = [], []
 
-    def __enter__(self) -> "SlotLease":
+    def __enter__(self) -> SlotLease:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -42,7 +42,8 @@ def _timing(criterion: dict) -> str:
     if not isinstance(timing, dict):
         return ""
     ratios = ", ".join(f"{r:.2f}" for r in timing.get("ratios", []))
-    return f" ({criterion['id']}: median {timing.get('median_ratio', 0):.2f}x of [{ratios}]{'' if timing.get('conclusive') else ', inconclusive'})"
+    settled = "" if timing.get("conclusive") else ", inconclusive"
+    return f" ({criterion['id']}: median {timing.get('median_ratio', 0):.2f}x of [{ratios}]{settled})"
 
 
 def judge_report(path: Path, expect: str) -> tuple[bool, str]:
@@ -60,7 +61,8 @@ def judge_benchmark(path: Path) -> tuple[bool, str]:
     forward = {row["M"]: row for row in result["forward"]}
     step = {(row["candidate"], row["M"]): row for row in result["training_step"]}
     cells = [f"forward M=8 {forward[8]['median_ratio']:.2f}x"]
-    cells += [f"{name} M=8 {step[(name, 8)]['median_ratio']:.2f}x" for name in ("HW5 Pipe + autograd", "GPipe schedule", "1F1B schedule")]
+    for name in ("HW5 Pipe + autograd", "GPipe schedule", "1F1B schedule"):
+        cells.append(f"{name} M=8 {step[(name, 8)]['median_ratio']:.2f}x")
     baseline_ms = 1000 * sorted(forward[8]["baseline_seconds"])[len(forward[8]["baseline_seconds"]) // 2]
     return True, f"{result['environment']['device']}: " + ", ".join(cells) + f"; sequential forward {baseline_ms:.1f} ms"
 

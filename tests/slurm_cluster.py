@@ -99,7 +99,8 @@ class LocalSlurm:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         (self.root / "slurm.conf").write_text(self._config())
-        (self.root / "gres.conf").write_text(f"NodeName={NODE} Name=gpu File=/dev/null\nNodeName={NODE} Name=gpu File=/dev/zero\n")
+        gres = "".join(f"NodeName={NODE} Name=gpu File={device}\n" for device in ("/dev/null", "/dev/zero"))
+        (self.root / "gres.conf").write_text(gres)
         self._spawn(_binary("munged"), "--foreground", "--force", f"--socket={self.root}/munge.socket",
                     f"--key-file={key}", f"--pid-file={self.root}/munged.pid", f"--log-file={self.root}/log/munged.log",
                     f"--seed-file={self.root}/munged.seed")

@@ -4,7 +4,6 @@ The reports are written here in the grader's own schema (grader.grading.as_json)
 where 2.3 is ``blocked``, and GPU runs of ``--only 2.3-speedup`` as a two-GPU node writes them."""
 import csv
 import json
-from pathlib import Path
 
 from grader import batch, gradebook
 from grader.discovery import Student

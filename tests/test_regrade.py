@@ -26,8 +26,10 @@ def report(criteria, files=None, seed=1, **extra):
 
 
 def test_merge_replaces_only_the_regraded_criteria():
-    old = report([criterion("2.1-schedule", 6), criterion("2.2-forward", 0, "failed", 6), criterion("2.3-speedup", 0, "blocked", 10)],
-                 notes=["an old note"])
+    old = report(
+        [criterion("2.1-schedule", 6), criterion("2.2-forward", 0, "failed", 6), criterion("2.3-speedup", 0, "blocked", 10)],
+        notes=["an old note"],
+    )
     new = report([criterion("2.2-forward", 6), criterion("4.1-makespan", 4)], seed=7, notes=["a new note"])
     merged, changes = regrade.merge(old, new, "regrade")
     assert [c["id"] for c in merged["criteria"]] == ["2.1-schedule", "2.2-forward", "2.3-speedup", "4.1-makespan"]
@@ -110,7 +112,7 @@ def test_regrading_one_criterion_changes_only_it(tmp_path):
     assert "1 criterion result(s) changed" in result.stdout
     new = json.loads((reports / "key.json").read_text())
     assert [c["id"] for c in new["criteria"]] == [c["id"] for c in old["criteria"]]
-    for before, after in zip(old["criteria"], new["criteria"]):
+    for before, after in zip(old["criteria"], new["criteria"], strict=True):
         if before["id"] == "2.2-backward":
             assert (after["status"], after["earned"]) == ("passed", 5), after
         else:
