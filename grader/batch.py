@@ -43,6 +43,7 @@ from grader import regrade
 from grader.atomic import write_atomic
 from grader.canvas import OptionsError, RosterError
 from grader.discovery import DiscoveryError, Student, discover, safe_file_name
+from grader.slots import SlotError, SlotLease
 from grader.submission import STUDENT_FILES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -224,27 +225,39 @@ def run_batch(
     reports = gradebook.reports_folder(csv_path)
     reports.mkdir(parents=True, exist_ok=True)
     run = f"batch-{secrets.token_hex(4)}"
+    with SlotLease(max(1, jobs)) as lease:
+        outcomes = grade_all(students, reports, timeout, grader_command, only, lease.slots, run, progress)
+    return gradebook.finish(outcomes, students, csv_path, options, run, progress)
+
+
+def grade_all(
+    students: list[Student], reports: Path, timeout: float, grader_command: list[str], only: list[str] | None,
+    slots: list[int], run: str, progress,
+) -> list[Outcome]:
+    """Grade ``students``, one per uid slot at a time (concurrent students' children run as
+    distinct uids, see harness), each leaving an outcome record of run ``run``."""
+    from grader.gradebook import save_outcome  # it builds on this module's Outcome
+
+    free: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for slot in slots:
+        free.put(slot)
     done, lock = 0, threading.Lock()
-    slots = queue.SimpleQueue()  # concurrent students' children run as distinct uids (see harness)
-    for slot in range(max(1, jobs)):
-        slots.put(slot)
 
     def grade(student: Student) -> Outcome:
         nonlocal done
-        slot = slots.get()
+        slot = free.get()
         try:
             outcome = grade_student(student.name, student.path, reports, timeout, grader_command, student.flags, slot, only)
         finally:
-            slots.put(slot)
-        gradebook.save_outcome(outcome, run, reports / "outcomes")
+            free.put(slot)
+        save_outcome(outcome, run, reports / "outcomes")
         with lock:
             done += 1
             progress(progress_line(outcome, done, len(students)))
         return outcome
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        outcomes = list(pool.map(grade, students))
-    return gradebook.finish(outcomes, students, csv_path, options, run, progress)
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+        return list(pool.map(grade, students))
 
 
 def progress_line(outcome: Outcome, done: int, total: int) -> str:
@@ -298,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         outcomes = run_batch(args.folder, args.csv, args.jobs, args.timeout, gradebook_options(args), args.only)
-    except (DiscoveryError, OptionsError, RosterError) as error:
+    except (DiscoveryError, OptionsError, RosterError, SlotError) as error:
         parser.error(str(error))
     review = [o.student for o in outcomes if "needs_review" in o.flags]
     print(f"graded {len(outcomes)} students in {time.monotonic() - start:.1f} s -> {args.csv}")

@@ -32,7 +32,6 @@ import argparse
 import json
 import math
 import os
-import queue
 import re
 import secrets
 import shlex
@@ -40,14 +39,13 @@ import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grader import gradebook
 from grader.atomic import write_atomic
 from grader.batch import (
-    REPO, Outcome, add_gradebook_arguments, check_only, grade_student, gradebook_options, progress_line,
+    REPO, Outcome, add_gradebook_arguments, check_only, grade_all, gradebook_options,
 )
 from grader.canvas import OptionsError, RosterError
 from grader.discovery import DiscoveryError, Student, discover, safe_file_name
@@ -255,6 +253,9 @@ def run_task(plan_path: Path, task: int, progress=print) -> int:
     share = plan.share(task)
     reports = Path(plan.reports)
     reports.mkdir(parents=True, exist_ok=True)
+    if plan.kind == "gpu":  # a GPU run is fresh, not a regrade of an older GPU report
+        for student in share:
+            (reports / f"{safe_file_name(student.name)}.json").unlink(missing_ok=True)
     try:
         lease = SlotLease(plan.jobs)
     except SlotError as error:
@@ -263,26 +264,7 @@ def run_task(plan_path: Path, task: int, progress=print) -> int:
     with lease:
         progress(f"task {task} of {plan.tasks} ({plan.kind}) on {socket.gethostname()}: {len(share)} students, "
                  f"uid slots {lease.slots}")
-        slots: queue.SimpleQueue[int] = queue.SimpleQueue()
-        for slot in lease.slots:
-            slots.put(slot)
-
-        def grade(numbered: tuple[int, Student]) -> Outcome:
-            number, student = numbered
-            slot = slots.get()
-            try:
-                if plan.kind == "gpu":  # a GPU run is fresh, not a regrade of an older GPU report
-                    (reports / f"{safe_file_name(student.name)}.json").unlink(missing_ok=True)
-                outcome = grade_student(student.name, student.path, reports, plan.timeout, plan.grader_command,
-                                        student.flags, slot, plan.only)
-            finally:
-                slots.put(slot)
-            gradebook.save_outcome(outcome, plan.run, reports / "outcomes")
-            progress(progress_line(outcome, number, len(share)))
-            return outcome
-
-        with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
-            list(pool.map(grade, enumerate(share, start=1)))
+        grade_all(share, reports, plan.timeout, plan.grader_command, plan.only, lease.slots, plan.run, progress)
     return 0
 
 
