@@ -206,3 +206,21 @@ def test_escape_still_applies_to_canvas_cells(tmp_path):
     rows = canvas.import_rows("HW (1)", [(["=cmd", "1", "", "", ""], 3.0)])
     batch.write_csv(tmp_path / "c.csv", rows)
     assert read_csv(tmp_path / "c.csv")[0]["Student"] == "'=cmd"
+
+
+def test_an_unpacked_download_beside_student_folders(tmp_path):
+    source = tmp_path / "class"
+    (source / "bob").mkdir(parents=True)
+    (source / "lovelaceada_LATE_101_9001_pipeline.py").write_text("first")
+    (source / "lovelaceada_LATE_101_9001_pipeline-1.py").write_text("second")
+    with zipfile.ZipFile(source / "turingalan_102_9002_hw5.zip", "w") as archive:
+        archive.writestr("pipeline.py", "")
+    (source / "turingalan_102_9002_notes.pdf").write_text("")
+    students, notes = discovery.discover(source, tmp_path / "unpacked")
+    assert [(s.name, s.canvas_id, s.flags) for s in students] == [
+        ("bob", "", []), ("lovelaceada_101", "101", ["late"]), ("turingalan_102", "102", []),
+    ]
+    assert (students[1].path / "pipeline.py").read_text() == "second"
+    assert students[2].path == tmp_path / "unpacked" / "turingalan_102" / "hw5.zip"  # the archive is graded
+    assert notes == [f"Canvas download: 2 students (1 late), unpacked into {tmp_path / 'unpacked'}; "
+                     "1 older resubmission file(s) not graded"]
