@@ -24,9 +24,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from minitorch.executor import run_schedule, sequential_step
-from minitorch.pipeline import Pipe
+from minitorch.pipeline import Pipe, one_f_one_b
 from minitorch.runtime import StageWorkers
-from minitorch.pipeline import one_f_one_b
 from minitorch.schedules import gpipe
 from minitorch.timing import time_paired
 

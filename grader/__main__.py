@@ -1,4 +1,4 @@
-"""``python -m grader PATH``: see :mod:`grader.cli`."""
+"""``python -m grader COMMAND ...``: see :mod:`grader.cli`."""
 import sys
 
 from grader.cli import main

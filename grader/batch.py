@@ -6,7 +6,7 @@
 
 FOLDER holds one subfolder, ``.zip``, ``.tar.gz`` or ``.tgz`` per student, or is a Canvas
 "Download Submissions" zip or folder (see grader.discovery). Each student is graded by
-``python -m grader STUDENT --json REPORT`` in its own process group, killed after
+``python -m grader grade STUDENT --json REPORT`` in its own process group, killed after
 ``--timeout`` seconds, so one student's crash, hang or garbage never stops the batch.
 Reports and logs go to ``<csv stem>-reports/`` beside the CSV.
 
@@ -30,7 +30,6 @@ import json
 import os
 import queue
 import secrets
-import signal
 import subprocess
 import sys
 import threading
@@ -40,20 +39,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import regrade
-from grader.atomic import write_atomic
 from grader.canvas import OptionsError, RosterError
 from grader.discovery import DiscoveryError, Student, discover, safe_file_name
+from grader.layout import REPOSITORY, STUDENT_FILES, UID_SLOT_VARIABLE
+from grader.processes import kill_group
+from grader.protocol import read_json_report, write_atomic
 from grader.slots import SlotError, SlotLease
-from grader.submission import STUDENT_FILES
-
-REPO = Path(__file__).resolve().parents[1]
-UID_SLOT = "GRADER_UID_SLOT"  # read by grader.harness: children of slot k run as the user's uid - k
-MAX_REPORT_BYTES = 10_000_000
 
 
 @dataclass
-class Outcome:
-    """What grading one student produced."""
+class StudentGrade:
+    """What grading one student produced: a row of the gradebook."""
 
     student: str
     path: Path
@@ -68,41 +64,14 @@ class Outcome:
     changes: list[dict] = field(default_factory=list)  # what a regrade changed (grader.regrade)
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
-
-
-def _read_report(path: Path) -> dict | None:
-    """The grader's JSON report, or None when it is missing, too big or not the schema."""
-    try:
-        if path.stat().st_size > MAX_REPORT_BYTES:
-            return None
-        report = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(report, dict) or report.get("schema_version") != 1:
-        return None
-    criteria = report.get("criteria")
-    if not isinstance(criteria, list) or not all(
-        isinstance(c, dict) and isinstance(c.get("problem"), str) and isinstance(c.get("earned"), (int, float))
-        for c in criteria
-    ):
-        return None
-    return report
-
-
-def _apply_report(outcome: Outcome, report: dict) -> None:
+def _apply_report(outcome: StudentGrade, report: dict) -> None:
     for criterion in report["criteria"]:
         problem = criterion["problem"]
         outcome.problems[problem] = outcome.problems.get(problem, 0) + criterion["earned"]
     outcome.score = sum(c["earned"] for c in report["criteria"])
     max_score = report.get("max_score")
     outcome.max_score = max_score if isinstance(max_score, (int, float)) else None
-    files = report.get("files") if isinstance(report.get("files"), dict) else {}
+    files = report["files"] if isinstance(report.get("files"), dict) else {}
     outcome.flags += [f"missing:{name}" for name in STUDENT_FILES if name not in files]
     errors = sum(1 for c in report["criteria"] if c.get("status") == "error")
     if errors:
@@ -120,31 +89,32 @@ def _apply_report(outcome: Outcome, report: dict) -> None:
 def grade_student(
     name: str, path: Path, reports: Path, timeout: float, grader_command: list[str], flags: list[str],
     slot: int = 0, only: list[str] | None = None,
-) -> Outcome:
+) -> StudentGrade:
     """Grade one student in a child process group; never raises for anything the student did.
 
     With ``only``, grade just those criteria; when the student already has a report, that is
     a regrade: the new results replace those criteria in it and ``changes`` lists what moved.
     """
     stem = safe_file_name(name)
-    outcome = Outcome(name, path, reports / f"{stem}.json", flags=list(flags))
-    previous = _read_report(outcome.report_path) if only else None
+    outcome = StudentGrade(name, path, reports / f"{stem}.json", flags=list(flags))
+    previous = read_json_report(outcome.report_path) if only else None
     target = outcome.report_path if previous is None else reports / f"{stem}.regrade.json"
     target.unlink(missing_ok=True)
     start = time.monotonic()
     with open(reports / f"{stem}.log", "ab" if previous else "wb") as log:
         process = subprocess.Popen(
             [*grader_command, str(path), "--json", str(target), *(["--only", *only] if only else [])],
-            cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, UID_SLOT: str(slot)},
+            cwd=REPOSITORY, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, UID_SLOT_VARIABLE: str(slot)},
         )
         try:
             returncode = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(process)
+            kill_group(process.pid)
+            process.wait()
             returncode = None
     outcome.seconds = time.monotonic() - start
-    report = _read_report(target)
+    report = read_json_report(target)
     if previous is not None:
         report = _regraded(outcome, previous, report, target)
     if report is not None:
@@ -162,7 +132,7 @@ def grade_student(
     return outcome
 
 
-def _regraded(outcome: Outcome, previous: dict, report: dict | None, target: Path) -> dict:
+def _regraded(outcome: StudentGrade, previous: dict, report: dict | None, target: Path) -> dict:
     """The student's report after a regrade: ``previous`` with the regraded criteria
     replaced, written in its place; unchanged (and flagged) when the regrade gave nothing."""
     target.unlink(missing_ok=True)
@@ -184,9 +154,9 @@ def _problem_key(problem: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in problem.split("."))
 
 
-def default_rows(outcomes: list[Outcome]) -> list[list[object]]:
+def default_rows(outcomes: list[StudentGrade]) -> list[list[object]]:
     problems = sorted({p for o in outcomes for p in o.problems}, key=_problem_key)
-    rows = [["student", *problems, "total", "max_score", "status", "flags", "report"]]
+    rows: list[list[object]] = [["student", *problems, "total", "max_score", "status", "flags", "report"]]
     for o in outcomes:
         scores = [o.problems.get(p) if o.score is not None else None for p in problems]
         rows.append([o.student, *scores, o.score, o.max_score, o.status, ";".join(o.flags), str(o.report_path)])
@@ -207,17 +177,17 @@ def run_batch(
     only: list[str] | None = None,
     grader_command: list[str] | None = None,
     progress=print,
-) -> list[Outcome]:
+) -> list[StudentGrade]:
     """Grade every student of ``folder``, write the CSV (and what ``options``, a
     grader.gradebook.Options, asks for); return the rows in name order.
 
     Raises:
         ValueError: the folder cannot be read, or the options do not fit (before grading).
     """
-    from grader import gradebook  # it builds on this module's Outcome and CSV helpers
+    from grader import gradebook  # it builds on this module's StudentGrade and CSV helpers
 
     options = options or gradebook.Options()
-    grader_command = grader_command or [sys.executable, "-m", "grader"]
+    grader_command = grader_command or [sys.executable, "-m", "grader", "grade"]
     students, notes = discover(folder, gradebook.submissions_folder(csv_path))
     roster = gradebook.check(options, students)
     for line in [*notes, *gradebook.notes(options, roster)]:
@@ -233,17 +203,17 @@ def run_batch(
 def grade_all(
     students: list[Student], reports: Path, timeout: float, grader_command: list[str], only: list[str] | None,
     slots: list[int], run: str, progress,
-) -> list[Outcome]:
+) -> list[StudentGrade]:
     """Grade ``students``, one per uid slot at a time (concurrent students' children run as
     distinct uids, see harness), each leaving an outcome record of run ``run``."""
-    from grader.gradebook import save_outcome  # it builds on this module's Outcome
+    from grader.gradebook import save_outcome  # it builds on this module's StudentGrade
 
     free: queue.SimpleQueue[int] = queue.SimpleQueue()
     for slot in slots:
         free.put(slot)
     done, lock = 0, threading.Lock()
 
-    def grade(student: Student) -> Outcome:
+    def grade(student: Student) -> StudentGrade:
         nonlocal done
         slot = free.get()
         try:
@@ -260,7 +230,7 @@ def grade_all(
         return list(pool.map(grade, students))
 
 
-def progress_line(outcome: Outcome, done: int, total: int) -> str:
+def progress_line(outcome: StudentGrade, done: int, total: int) -> str:
     score = "-" if outcome.score is None else f"{outcome.score:g}/{outcome.max_score or 0:g}"
     return (
         f"[{done:>{len(str(total))}}/{total}] {outcome.student:<24} {score:>9}  "
@@ -290,29 +260,36 @@ def gradebook_options(args: argparse.Namespace):
     return gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m grader batch", description="Grade every student of FOLDER into a CSV."
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``batch`` command's arguments."""
     parser.add_argument("folder", type=Path, help="one subfolder, .zip, .tar.gz or .tgz per student, or a Canvas download")
     parser.add_argument("--csv", type=Path, required=True, help="the gradebook CSV to write")
     parser.add_argument("--jobs", type=int, default=1, help="students graded at once (default 1)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per student before it is killed")
-    parser.add_argument("--only", nargs="+", metavar="PROBLEM_OR_ID",
+    parser.add_argument("--only", nargs="+", action="extend", metavar="PROBLEM_OR_ID",
                         help="grade only these criteria; where a report exists, regrade them and keep the others")
     add_gradebook_arguments(parser)
-    args = parser.parse_args(argv)
+
+
+def usage_error(command: str, message: str) -> int:
+    print(f"python -m grader {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """``python -m grader batch``."""
     if not args.folder.exists():
-        parser.error(f"{args.folder}: no such folder or file")
+        return usage_error("batch", f"{args.folder}: no such folder or file")
     if args.jobs < 1 or args.timeout <= 0:
-        parser.error("--jobs must be >= 1 and --timeout > 0")
-    if args.only:
-        check_only(parser, args.only)
+        return usage_error("batch", "--jobs must be >= 1 and --timeout > 0")
+    problem = only_problem(args.only) if args.only else None
+    if problem is not None:
+        return usage_error("batch", problem)
     start = time.monotonic()
     try:
         outcomes = run_batch(args.folder, args.csv, args.jobs, args.timeout, gradebook_options(args), args.only)
     except (DiscoveryError, OptionsError, RosterError, SlotError) as error:
-        parser.error(str(error))
+        return usage_error("batch", str(error))
     review = [o.student for o in outcomes if "needs_review" in o.flags]
     print(f"graded {len(outcomes)} students in {time.monotonic() - start:.1f} s -> {args.csv}")
     if review:
@@ -320,16 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def check_only(parser: argparse.ArgumentParser, only: list[str]) -> None:
-    """Refuse an --only that names no criterion before grading anyone."""
+def only_problem(only: list[str]) -> str | None:
+    """Why ``--only`` names no criterion (before anyone is graded), or None."""
     from grader.grading import select  # imports torch: only when --only is given
     from grader.rubric import load_rubric
 
     try:
         select(load_rubric().active(), only)
     except ValueError as error:
-        parser.error(str(error))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return str(error)
+    return None

@@ -162,6 +162,7 @@ def identify(student: str, canvas_id: str, roster: Roster | None, name_is: str |
     (the name matches several people); a row with a problem must not get a score.
     Without a roster the identity is the Canvas id, or the folder name in ``name_is``'s column.
     """
+    columns: tuple[str, ...]
     if canvas_id:
         key, columns = canvas_id, ("ID",)
     else:

@@ -35,10 +35,12 @@ import sys
 import tempfile
 import traceback
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from grader.checks import Fail
+from grader.protocol import Kind
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
@@ -88,13 +90,13 @@ def _close_forkserver_fds() -> None:
     writing garbage into them would crash the grader's forkserver."""
     from multiprocessing import forkserver, resource_tracker
 
-    server = forkserver._forkserver
+    server: Any = forkserver._forkserver  # private attributes: multiprocessing has no API for this
     if getattr(server, "_forkserver_alive_fd", None) is not None:
         _close(server._forkserver_alive_fd)
         server._forkserver_alive_fd = None
     for fd in getattr(server, "_inherited_fds", None) or ():
         _close(fd)
-    tracker = resource_tracker._resource_tracker
+    tracker: Any = resource_tracker._resource_tracker
     if getattr(tracker, "_fd", None) is not None:
         _close(tracker._fd)
         tracker._fd, tracker._pid = None, None  # a fresh tracker starts if ever needed
@@ -259,7 +261,7 @@ def probe(job: "Job") -> None:
 
 
 def _drop_privileges(job: Job) -> None:
-    if job.uid is not None:
+    if job.uid is not None and job.gid is not None:
         os.setgroups([])
         os.setgid(job.gid)
         os.setuid(job.uid)
@@ -295,18 +297,18 @@ class NotPlain(TypeError):
     """An observation holds something other than plain data."""
 
 
-def _plain(value, path: str = "observation"):
+def plain_copy(value, path: str = "observation"):
     """``value`` rebuilt from plain containers, numbers, strings and plain CPU tensors;
     NotPlain for anything else (it could not be loaded with weights_only)."""
     if value is None or type(value) in (bool, int, float, str):
         return value
     if type(value) in (list, tuple):
-        items = [_plain(item, f"{path}[{index}]") for index, item in enumerate(value)]
+        items = [plain_copy(item, f"{path}[{index}]") for index, item in enumerate(value)]
         return items if type(value) is list else tuple(items)
     if type(value) is dict:
         if not all(type(key) in (str, int) for key in value):
             raise NotPlain(f"{path} has a key that is not a str or int")
-        return {key: _plain(item, f"{path}[{key!r}]") for key, item in value.items()}
+        return {key: plain_copy(item, f"{path}[{key!r}]") for key, item in value.items()}
     if type(value) is torch.Tensor or type(value) is torch.nn.Parameter:
         return value.detach().cpu().clone().as_subclass(torch.Tensor)
     raise NotPlain(f"{path} is a {type(value).__module__}.{type(value).__qualname__}, not plain data")
@@ -338,8 +340,8 @@ def main(job: Job) -> None:
         random.seed(job.seed)
         before = _snapshot()
     except BaseException as error:
-        envelope = {"kind": "grader-error", "message": "".join(traceback.format_exception(error))}
-        _write_result(job, result_fd, envelope)
+        failure: dict[str, object] = {"kind": Kind.GRADER_ERROR.value, "message": "".join(traceback.format_exception(error))}
+        _write_result(job, result_fd, failure)
         os._exit(0)
     envelope = _observe(observe, job)
     changed = _changed(before)
@@ -382,23 +384,23 @@ def _changed(before: dict[str, int]) -> list[str]:
     return sorted(name for name, identity in before.items() if now.get(name) != identity)
 
 
-def _observe(observe, job: Job) -> dict:
+def _observe(observe, job: Job) -> dict[str, object]:
     """Run the check's observe function; what it saw, or what went wrong, as an envelope."""
     try:
         observation = observe(job.seed, dict(job.params))
     except Fail as failure:
-        return {"kind": "fail", "message": str(failure)}
+        return {"kind": Kind.FAIL.value, "message": str(failure)}
     except BaseException as error:  # the student's code raised (SystemExit included)
         return _exception_envelope(error, job)
     try:
-        return {"kind": "observation", "observation": _plain(observation)}
+        return {"kind": Kind.OBSERVATION.value, "observation": plain_copy(observation)}
     except NotPlain as error:
-        return {"kind": "garbage", "message": str(error)}
+        return {"kind": Kind.GARBAGE.value, "message": str(error)}
 
 
 def _exception_envelope(error: BaseException, job: Job) -> dict:
     return {
-        "kind": "exception",
+        "kind": Kind.EXCEPTION.value,
         "type": type(error).__name__,
         "module_not_found": getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None,
         "not_implemented": isinstance(error, NotImplementedError),

@@ -43,12 +43,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grader import gradebook
-from grader.atomic import write_atomic
 from grader.batch import (
-    REPO, Outcome, add_gradebook_arguments, check_only, grade_all, gradebook_options,
+    StudentGrade,
+    add_gradebook_arguments,
+    grade_all,
+    gradebook_options,
+    only_problem,
+    usage_error,
 )
 from grader.canvas import OptionsError, RosterError
 from grader.discovery import DiscoveryError, Student, discover, safe_file_name
+from grader.layout import REPOSITORY
+from grader.protocol import write_atomic
 from grader.slots import SlotError, SlotLease
 
 KINDS = ("cpu", "gpu")
@@ -125,7 +131,7 @@ def array_script(plan: Plan, plan_path: Path, args: argparse.Namespace, gpus: in
         "#!/bin/bash",
         f"# Written by `python -m grader slurm write` on {time.strftime('%Y-%m-%d %H:%M')}: {len(plan.students)} students,",
         f"# {plan.tasks} array tasks of at most {per_task}, grading "
-        f"{'the GPU criteria ' + ' '.join(plan.only) if gpu else 'on CPUs'}.",
+        f"{'the GPU criteria ' + ' '.join(plan.only or []) if gpu else 'on CPUs'}.",
         f"# Submit with `sbatch {plan_path.parent / 'grade.sbatch'}`;",
         f"# afterwards `python -m grader slurm merge --csv {plan.csv}`.",
         f"#SBATCH --job-name=grade-{plan.kind}-{safe_file_name(Path(plan.csv).stem)}",
@@ -141,7 +147,7 @@ def array_script(plan: Plan, plan_path: Path, args: argparse.Namespace, gpus: in
     if gpu:
         lines.append(f"#SBATCH --gres=gpu:{gpus}")
     lines += [f"#SBATCH {extra}" for extra in args.sbatch]
-    lines += ["set -euo pipefail", f"cd {shlex.quote(str(REPO))}"]
+    lines += ["set -euo pipefail", f"cd {shlex.quote(str(REPOSITORY))}"]
     if gpu:
         lines.append("nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv || true")
     lines.append(f"exec {shlex.quote(plan.grader_command[0])} -m grader slurm task {shlex.quote(str(plan_path))}")
@@ -162,7 +168,7 @@ def merge_script(csv_path: Path, args: argparse.Namespace) -> str:
     if args.partition:
         lines.append(f"#SBATCH --partition={args.partition}")
     lines += [f"#SBATCH {extra}" for extra in args.sbatch]
-    lines += ["set -euo pipefail", f"cd {shlex.quote(str(REPO))}",
+    lines += ["set -euo pipefail", f"cd {shlex.quote(str(REPOSITORY))}",
               f"exec {shlex.quote(args.python)} -m grader slurm merge --csv {shlex.quote(str(csv_path))}"]
     return "\n".join(lines) + "\n"
 
@@ -193,7 +199,7 @@ def write(args: argparse.Namespace) -> list[Path]:
         plan = Plan(
             kind=kind, run=f"slurm-{kind}-{secrets.token_hex(4)}", csv=str(csv_path), reports=str(reports.resolve()),
             tasks=max(1, math.ceil(len(students) / args.per_task)), jobs=1 if kind == "gpu" else args.jobs,
-            timeout=args.timeout, only=only, grader_command=[python, "-m", "grader"], options=options.to_json(),
+            timeout=args.timeout, only=only, grader_command=[python, "-m", "grader", "grade"], options=options.to_json(),
             students=[{**s._asdict(), "path": str(s.path)} for s in students],
         )
         plan_path = folder / kind / "plan.json"
@@ -271,19 +277,19 @@ def run_task(plan_path: Path, task: int, progress=print) -> int:
 # ----------------------------------------------------------------------------- merge
 
 
-def _died(student: Student, plan: Plan, index: int, jobs: dict) -> Outcome:
+def _died(student: Student, plan: Plan, index: int, jobs: dict) -> StudentGrade:
     task = plan.task_of(index)
     job = jobs.get(plan.kind, "<job>")
     log = slurm_folder(Path(plan.csv)) / "logs" / f"{plan.kind}-{job}_{task}.out"
     stem = safe_file_name(student.name)
-    return Outcome(
+    return StudentGrade(
         student.name, student.path, Path(plan.reports) / f"{stem}.json", status="error",
         detail=f"Slurm task {task} ended before grading this student (time limit, node failure or scancel?): see {log}",
         flags=[*student.flags, "task_died", "needs_review"],
     )
 
 
-def merge(csv_path: Path, overrides: gradebook.Options, progress=print) -> list[Outcome]:
+def merge(csv_path: Path, overrides: gradebook.Options, progress=print) -> list[StudentGrade]:
     """Build the gradebook from the plans' records and reports (see :func:`gradebook.finish`)."""
     csv_path = csv_path.resolve()
     folder = slurm_folder(csv_path)
@@ -304,7 +310,7 @@ def merge(csv_path: Path, overrides: gradebook.Options, progress=print) -> list[
     for index, student in enumerate(students):
         outcome = gradebook.load_outcome(student.name, reports / "outcomes", cpu.run if cpu else None)
         if outcome is None:
-            outcome = _died(student, cpu, index, jobs) if cpu else Outcome(
+            outcome = _died(student, cpu, index, jobs) if cpu else StudentGrade(
                 student.name, student.path, reports / f"{safe_file_name(student.name)}.json", status="error",
                 detail="no CPU grading record: grade the class with `batch` or `slurm write` too",
                 flags=[*student.flags, "no_cpu_record", "needs_review"],
@@ -325,9 +331,9 @@ def merge(csv_path: Path, overrides: gradebook.Options, progress=print) -> list[
 # ----------------------------------------------------------------------------- command line
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m grader slurm", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``slurm`` command's arguments: its own subcommands write, merge and task."""
+    commands = parser.add_subparsers(dest="slurm_command", metavar="write|merge|task", required=True)
     write_parser = commands.add_parser("write", help="write (and with --submit submit) the array jobs and the merge")
     write_parser.add_argument("folder", type=Path, help="the submissions, as for `batch`")
     write_parser.add_argument("--csv", type=Path, required=True, help="the gradebook CSV the merge writes")
@@ -338,7 +344,8 @@ def _parser() -> argparse.ArgumentParser:
     write_parser.add_argument("--per-task", type=int, default=4, help="students per array task (default 4)")
     write_parser.add_argument("--jobs", type=int, default=1, help="students graded at once in one task (default 1)")
     write_parser.add_argument("--timeout", type=float, default=900.0, help="seconds per student before it is killed")
-    write_parser.add_argument("--only", nargs="+", metavar="PROBLEM_OR_ID", help="as for `batch`: grade or regrade only these")
+    write_parser.add_argument("--only", nargs="+", action="extend", metavar="PROBLEM_OR_ID",
+                              help="as for `batch`: grade or regrade only these")
     write_parser.add_argument("--partition", help="the CPU array's (and the merge's) partition")
     write_parser.add_argument("--time", type=int, metavar="MINUTES", help="each task's time limit (default: from --timeout)")
     write_parser.add_argument("--mem", default="8G", help="memory per CPU task (default 8G)")
@@ -358,44 +365,48 @@ def _parser() -> argparse.ArgumentParser:
     task_parser = commands.add_parser("task", help="grade one array task's share (run by the array job)")
     task_parser.add_argument("plan", type=Path)
     task_parser.add_argument("--task", type=int, help="the task number (default: $SLURM_ARRAY_TASK_ID)")
-    return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``python -m grader slurm write|merge|task``."""
+    command = f"slurm {args.slurm_command}"
     try:
-        if args.command == "task":
+        if args.slurm_command == "task":
             task = args.task if args.task is not None else os.environ.get("SLURM_ARRAY_TASK_ID")
             if task is None or not str(task).isdigit():
-                parser.error("slurm task: give --task N, or run it as a Slurm array task")
+                return usage_error(command, "give --task N, or run it as a Slurm array task")
             return run_task(args.plan, int(task))
-        if args.command == "merge":
+        if args.slurm_command == "merge":
             start = time.monotonic()
             outcomes = merge(args.csv, gradebook_options(args))
             _summary(outcomes, args.csv, time.monotonic() - start)
             return 0
-        if args.per_task < 1 or args.jobs < 1 or args.timeout <= 0:
-            parser.error("--per-task and --jobs must be >= 1 and --timeout > 0")
-        if args.wait and not args.submit:
-            parser.error("--wait needs --submit")
-        if args.only:
-            check_only(parser, args.only)
-        scripts = write(args)
-        if not args.submit:
-            print("submit with: " + " ; ".join(f"sbatch {s}" for s in scripts[:-1]) +
-                  f" ; then, once they have ended: python -m grader slurm merge --csv {args.csv}")
-            return 0
-        status = submit(scripts, args.csv.resolve(), args.wait)
-        if args.wait and status == 0:
-            print(f"merged -> {args.csv}")
-        return 0 if status == 0 else 1
+        return _write_and_submit(args)
     except (OptionsError, RosterError, DiscoveryError) as error:
-        parser.error(str(error))
-    return 2
+        return usage_error(command, str(error))
 
 
-def _summary(outcomes: list[Outcome], csv_path: Path, seconds: float) -> None:
+def _write_and_submit(args: argparse.Namespace) -> int:
+    problem = (
+        "--per-task and --jobs must be >= 1 and --timeout > 0" if args.per_task < 1 or args.jobs < 1 or args.timeout <= 0
+        else "--wait needs --submit" if args.wait and not args.submit
+        else only_problem(args.only) if args.only
+        else None
+    )
+    if problem is not None:
+        return usage_error("slurm write", problem)
+    scripts = write(args)
+    if not args.submit:
+        print("submit with: " + " ; ".join(f"sbatch {s}" for s in scripts[:-1]) +
+              f" ; then, once they have ended: python -m grader slurm merge --csv {args.csv}")
+        return 0
+    status = submit(scripts, args.csv.resolve(), args.wait)
+    if args.wait and status == 0:
+        print(f"merged -> {args.csv}")
+    return 0 if status == 0 else 1
+
+
+def _summary(outcomes: list[StudentGrade], csv_path: Path, seconds: float) -> None:
     review = [o.student for o in outcomes if "needs_review" in o.flags]
     print(f"merged {len(outcomes)} students in {seconds:.1f} s -> {csv_path}")
     if review:

@@ -71,8 +71,8 @@ def discover(source: Path, unpack_to: Path) -> tuple[list[Student], list[str]]:
             downloaded.append(path.name)
         elif path.is_dir():
             plain.append((path.name, path))
-        elif path.is_file() and archive_stem(path.name):
-            plain.append((archive_stem(path.name), path))
+        elif path.is_file() and (stem := archive_stem(path.name)):
+            plain.append((stem, path))
         else:
             notes.append(f"skipped {path.name} (not a folder, .zip, .tar.gz or .tgz)")
     students = [Student(name, path, _archive_flags(path)) for name, path in plain]

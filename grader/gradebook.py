@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grader import canvas, regrade
-from grader.atomic import write_atomic
-from grader.batch import Outcome, _apply_report, _read_report, default_rows, escape_cell, write_csv
+from grader.batch import StudentGrade, _apply_report, default_rows, escape_cell, write_csv
 from grader.discovery import Student, safe_file_name
+from grader.protocol import read_json_report, write_atomic
 
 CHANGELOG_COLUMNS = ("when", "run", "student", "criterion", "old_points", "new_points", "old_status", "new_status")
 # Flags that come from a student's JSON report; recomputed when GPU results change it.
@@ -50,8 +50,10 @@ class Options:
 
     @classmethod
     def from_json(cls, data: dict) -> Options:
-        paths = ("canvas", "roster", "gpu_reports")
-        return cls(**{key: Path(data[key]) if key in paths and data.get(key) else data.get(key) for key in asdict(cls())})
+        def path(key: str) -> Path | None:
+            return Path(data[key]) if data.get(key) else None
+
+        return cls(path("canvas"), data.get("assignment"), path("roster"), data.get("name_is"), path("gpu_reports"))
 
 
 def reports_folder(csv_path: Path) -> Path:
@@ -106,14 +108,14 @@ def notes(options: Options, roster: canvas.Roster | None) -> list[str]:
                     f"(--name-is {options.name_is or '-'}); students of a Canvas download by their Canvas id"]
 
 
-def save_outcome(outcome: Outcome, run: str, folder: Path) -> None:
+def save_outcome(outcome: StudentGrade, run: str, folder: Path) -> None:
     """Record how grading one student went, for a later merge (:func:`load_outcome`)."""
     folder.mkdir(parents=True, exist_ok=True)
     record = {**asdict(outcome), "path": str(outcome.path), "report_path": str(outcome.report_path), "run": run}
     write_atomic(folder / f"{safe_file_name(outcome.student)}.json", json.dumps(record, indent=1) + "\n")
 
 
-def load_outcome(student: str, folder: Path, run: str | None) -> Outcome | None:
+def load_outcome(student: str, folder: Path, run: str | None) -> StudentGrade | None:
     """The record :func:`save_outcome` left for ``student`` (of run ``run``, unless None)."""
     try:
         record = json.loads((folder / f"{safe_file_name(student)}.json").read_text())
@@ -122,13 +124,13 @@ def load_outcome(student: str, folder: Path, run: str | None) -> Outcome | None:
     if not isinstance(record, dict) or record.get("student") != student or (run is not None and record.get("run") != run):
         return None
     try:
-        fields = {key: record[key] for key in asdict(Outcome("", Path(), Path()))}
-        return Outcome(**{**fields, "path": Path(fields["path"]), "report_path": Path(fields["report_path"])})
+        fields = {key: record[key] for key in asdict(StudentGrade("", Path(), Path()))}
+        return StudentGrade(**{**fields, "path": Path(fields["path"]), "report_path": Path(fields["report_path"])})
     except (KeyError, TypeError):
         return None
 
 
-def _refresh(outcome: Outcome, report: dict) -> None:
+def _refresh(outcome: StudentGrade, report: dict) -> None:
     """Scores and report flags of ``outcome`` from its (changed) report."""
     outcome.flags = [f for f in outcome.flags if not f.startswith(REPORT_FLAGS)]
     outcome.problems = {}
@@ -136,16 +138,20 @@ def _refresh(outcome: Outcome, report: dict) -> None:
     outcome.flags = list(dict.fromkeys(outcome.flags))
 
 
-def _flag(outcome: Outcome, *flags: str) -> None:
+def _flag(outcome: StudentGrade, *flags: str) -> None:
     outcome.flags = list(dict.fromkeys([*outcome.flags, *flags, "needs_review"]))
+
+
+def _table(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def _gpu_problems(report: dict) -> list[str]:
     """Flags for a GPU report that must not (or not silently) replace the CPU results."""
     flags = []
     for criterion in report["criteria"]:
-        details = criterion.get("details") if isinstance(criterion.get("details"), dict) else {}
-        timing = details.get("timing") if isinstance(details.get("timing"), dict) else {}
+        details = _table(criterion.get("details"))
+        timing = _table(details.get("timing"))
         if details.get("smoke") is True:
             flags.append("gpu_smoke_run")
         elif criterion.get("status") == "blocked":
@@ -157,20 +163,20 @@ def _gpu_problems(report: dict) -> list[str]:
     return list(dict.fromkeys(flags))
 
 
-def merge_gpu(outcomes: list[Outcome], folder: Path) -> list[Outcome]:
+def merge_gpu(outcomes: list[StudentGrade], folder: Path) -> list[StudentGrade]:
     """Merge ``folder``'s GPU reports into the students' reports and outcomes; return rows
     for GPU reports of students the batch does not have."""
     by_stem = {safe_file_name(o.student): o for o in outcomes}
     extra, seen = [], set()
     for path in sorted(folder.glob("*.json")):
         outcome = by_stem.get(path.stem)
-        gpu = _read_report(path)
+        gpu = read_json_report(path)
         if outcome is None:
-            extra.append(Outcome(path.stem, path, path, status="error", detail="a GPU report without a CPU report",
+            extra.append(StudentGrade(path.stem, path, path, status="error", detail="a GPU report without a CPU report",
                                  flags=["gpu_without_cpu", "needs_review"]))
             continue
         seen.add(path.stem)
-        cpu = _read_report(outcome.report_path) if outcome.score is not None else None
+        cpu = read_json_report(outcome.report_path) if outcome.score is not None else None
         if gpu is None:
             _flag(outcome, "gpu_report_unreadable")
         elif cpu is None:
@@ -183,7 +189,7 @@ def merge_gpu(outcomes: list[Outcome], folder: Path) -> list[Outcome]:
     return extra
 
 
-def _merge_one(outcome: Outcome, cpu: dict, gpu: dict) -> None:
+def _merge_one(outcome: StudentGrade, cpu: dict, gpu: dict) -> None:
     problems = _gpu_problems(gpu)
     if problems:
         _flag(outcome, *problems)
@@ -199,7 +205,7 @@ def _merge_one(outcome: Outcome, cpu: dict, gpu: dict) -> None:
     _refresh(outcome, cpu)
 
 
-def write_changelog(path: Path, run: str, outcomes: list[Outcome]) -> int:
+def write_changelog(path: Path, run: str, outcomes: list[StudentGrade]) -> int:
     """Append what run ``run`` changed to the changelog, unless it is there already;
     the number of rows written."""
     rows = [(o.student, change) for o in outcomes for change in o.changes]
@@ -221,8 +227,8 @@ def write_changelog(path: Path, run: str, outcomes: list[Outcome]) -> int:
 
 
 def finish(
-    outcomes: list[Outcome], students: list[Student], csv_path: Path, options: Options, run: str, progress=print,
-) -> list[Outcome]:
+    outcomes: list[StudentGrade], students: list[Student], csv_path: Path, options: Options, run: str, progress=print,
+) -> list[StudentGrade]:
     """Merge GPU results, match identities, write the CSV, the Canvas file and the
     changelog; return every row (GPU-only students added)."""
     roster = check(options, students)

@@ -2,7 +2,7 @@
 
 Called by the bundle's ``run_autograder`` as ``python -m grader.gradescope_run ROOT``. It finds
 the two student files wherever the upload put them (Gradescope unpacks an uploaded zip, which
-may hold a folder), copies only them into a fresh folder, runs ``python -m grader FOLDER
+may hold a folder), copies only them into a fresh folder, runs ``python -m grader grade FOLDER
 --gradescope RESULTS`` under a time limit, and, when the grader did not leave a valid
 results.json, writes one with score 0 and the reason. Nothing here raises.
 """
@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import traceback
 from pathlib import Path
 
-STUDENT_FILES = ("pipeline.py", "tensor_parallel.py")
+from grader.layout import REPOSITORY, STUDENT_FILES
+from grader.processes import kill_group
+
 DEFAULT_TIMEOUT = 1800.0
 LOG_TAIL = 4000
 STAFF = "This is not your fault; please tell the course staff."
@@ -54,13 +55,13 @@ def _run_grader(folder: Path, results: Path, source: Path, timeout: float) -> tu
     """Run the grader in its own process group; return (exit status or None on timeout, log tail)."""
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "grader", str(folder), "--gradescope", str(results)],
+            [sys.executable, "-m", "grader", "grade", str(folder), "--gradescope", str(results)],
             cwd=source, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         try:
             returncode = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_group(process.pid)
             process.wait()
             returncode = None
         log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL))
@@ -80,7 +81,7 @@ def grade(root: Path) -> None:
         folder.mkdir()
         for name, path in found.items():
             shutil.copyfile(path, folder / name)
-        returncode, tail = _run_grader(folder, results, Path(__file__).resolve().parents[1], timeout)
+        returncode, tail = _run_grader(folder, results, REPOSITORY, timeout)
     data = _valid(results)
     if data is None:
         reason = "did not finish in time" if returncode is None else f"stopped with exit status {returncode}"

@@ -14,70 +14,16 @@ import secrets
 import signal
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from grader import policy
 from grader.checks import Fail, observed
 from grader.harness import Harness, HarnessError, Outcome, format_bytes
+from grader.protocol import Kind, Report, Result, Status
 from grader.rubric import HARDWARE, Criterion, Rubric
 from grader.submission import Submission
-
-STATUSES = ("passed", "failed", "timeout", "blocked", "error")
-
-
-@dataclass
-class Result:
-    """The outcome of one criterion, as the reports show it."""
-
-    id: str
-    problem: str
-    title: str
-    points: float
-    earned: float
-    status: str
-    message: str
-    seconds: float
-    output: str = ""
-    details: dict = field(default_factory=dict)
-
-
-@dataclass
-class Report:
-    submission: str
-    files: dict
-    environment: dict
-    seed: int
-    results: list[Result] = field(default_factory=list)
-    planned: int = 0
-    complete: bool = False
-    child_seconds: float | None = None
-    notes: list[str] = field(default_factory=list)
-    policy_findings: list[dict] = field(default_factory=list)
-    review: list[str] = field(default_factory=list)
-
-    @property
-    def needs_review(self) -> bool:
-        """A person should look at this submission (the score stands until they do)."""
-        return bool(self.review)
-
-    @property
-    def score(self) -> float:
-        return sum(r.earned for r in self.results)
-
-    @property
-    def max_score(self) -> float:
-        """Points of every graded criterion, blocked ones included."""
-        return sum(r.points for r in self.results)
-
-    @property
-    def blocked_points(self) -> float:
-        return sum(r.points for r in self.results if r.status == "blocked")
-
-    def count(self, status: str) -> int:
-        return sum(r.status == status for r in self.results)
 
 
 def environment() -> dict:
@@ -137,49 +83,49 @@ def _exit_reason(code: int | None) -> str:
     return f"was killed by {name} before reporting a result{hint}"
 
 
-def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[str, str, dict]:
+def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[Status, str, dict]:
     """``(status, message, details)`` from the criterion's parent-side ``judge_*`` function."""
     judge_function = getattr(importlib.import_module(criterion.module), "judge_" + criterion.name)
     try:
         details = judge_function(seed, dict(criterion.params), observed(observation))
     except Fail as failure:
-        return "failed", str(failure), failure.details
+        return Status.FAILED, str(failure), failure.details
     except Exception:  # noqa: BLE001 - a broken judge is the grader's fault: say so loudly
-        return "error", f"grader error in {criterion.check} (judge):\n{traceback.format_exc(limit=-3)}", {}
-    return "passed", "", details if isinstance(details, dict) else {}
+        return Status.ERROR, f"grader error in {criterion.check} (judge):\n{traceback.format_exc(limit=-3)}", {}
+    return Status.PASSED, "", details if isinstance(details, dict) else {}
 
 
-def judge(criterion: Criterion, seed: int, outcome: Outcome, submission: Submission, timeout: float, output_limit_mb: float) -> tuple[str, str]:
+def judge(criterion: Criterion, seed: int, outcome: Outcome, submission: Submission, timeout: float, output_limit_mb: float) -> tuple[Status, str]:
     """``(status, message)`` for what a child produced, unless it is an observation to judge
     (see :func:`judge_observation`): a failure, a timeout, an early exit, tampering."""
     envelope = outcome.envelope
     if envelope.get("tampered"):
         changed = ", ".join(envelope["tampered"][:5])
-        return "failed", (
+        return Status.FAILED, (
             f"your code replaced part of the grader or of torch's comparison functions while it ran ({changed}); "
             "what this criterion observed cannot be trusted, so it scores 0 and the course staff will review it"
         )
-    if outcome.kind == "fail":
-        return "failed", envelope["message"]
-    if outcome.kind == "exception":
+    if outcome.kind == Kind.FAIL:
+        return Status.FAILED, envelope["message"]
+    if outcome.kind == Kind.EXCEPTION:
         missing = envelope.get("module_not_found") or ""
         if missing.startswith("minitorch.") and missing.split(".", 1)[1] + ".py" in submission.missing():
-            return "failed", f"missing {missing.split('.', 1)[1]}.py (not in the submission)"
+            return Status.FAILED, f"missing {missing.split('.', 1)[1]}.py (not in the submission)"
         if envelope["not_implemented"]:
-            return "failed", _not_implemented(criterion.problem, envelope["message"])
-        return "failed", "your code raised an exception:\n" + envelope["traceback"]
-    if outcome.kind == "garbage":
-        return "failed", f"your code handed back something the grader cannot use: {envelope.get('message', '')}"
-    if outcome.kind == "timeout":
-        return "timeout", f"did not finish within {timeout:g} s and was stopped (an endless loop, a deadlock, or a stage that never returns?)"
-    if outcome.kind == "flood":
-        return "failed", (
+            return Status.FAILED, _not_implemented(criterion.problem, envelope["message"])
+        return Status.FAILED, "your code raised an exception:\n" + envelope["traceback"]
+    if outcome.kind == Kind.GARBAGE:
+        return Status.FAILED, f"your code handed back something the grader cannot use: {envelope.get('message', '')}"
+    if outcome.kind == Kind.TIMEOUT:
+        return Status.TIMEOUT, f"did not finish within {timeout:g} s and was stopped (an endless loop, a deadlock, or a stage that never returns?)"
+    if outcome.kind == Kind.FLOOD:
+        return Status.FAILED, (
             f"printed more than the {output_limit_mb:g} MB output limit and was stopped "
             f"(printed {format_bytes(outcome.output_bytes)}; kept the last 64 KB)"
         )
-    if outcome.kind == "exited":
-        return "failed", _exit_reason(outcome.exitcode)
-    return "error", f"grader error in the child for {criterion.check}:\n{envelope.get('message', outcome.kind)}"
+    if outcome.kind == Kind.EXITED:
+        return Status.FAILED, _exit_reason(outcome.exitcode)
+    return Status.ERROR, f"grader error in the child for {criterion.check}:\n{envelope.get('message', outcome.kind)}"
 
 
 def grade(
@@ -199,67 +145,89 @@ def grade(
         ValueError: ``only`` names no criterion.
     """
     criteria = select(rubric.active(), only)
+    report = _new_report(submission, rubric, len(criteria), seed)
+    with contextlib.ExitStack() as stack:
+        harness = _start_harness(stack, report, submission, rubric, criteria)
+        for criterion in criteria:
+            result = _grade_criterion(criterion, report, submission, rubric, harness, timeout)
+            report.results.append(result)
+            if on_result is not None:
+                on_result(report, result)
+    if report.count(Status.ERROR):
+        report.flag("grader error")
+    report.complete = True
+    return report
+
+
+def _new_report(submission: Submission, rubric: Rubric, planned: int, seed: int | None) -> Report:
+    """An empty report with what is known before any criterion runs (the policy scan too)."""
     report = Report(
         submission=submission.path, files=submission.sha256(), environment=environment(),
-        seed=secrets.randbelow(2**31 - 1) if seed is None else seed, planned=len(criteria),
+        seed=secrets.randbelow(2**31 - 1) if seed is None else seed, planned=planned,
     )
     report.policy_findings = policy.scan(submission.files, rubric.forbidden)
     if report.policy_findings:
         names = sorted({f["name"] for f in report.policy_findings})
-        _flag(report, f"policy scan: {', '.join(names)}")
+        report.flag(f"policy scan: {', '.join(names)}")
     if submission.ignored:
         report.notes.append(f"ignored files in the submission (only the student files are graded): {', '.join(submission.ignored[:10])}")
-    gpus = report.environment["gpus"]
-    runnable = [c for c in criteria if HARDWARE[c.needs] <= gpus]
-    with contextlib.ExitStack() as stack:
-        harness, broken = None, None
-        if runnable and submission.problem is None:
-            modules = sorted({c.module for c in runnable})
-            try:
-                harness = stack.enter_context(Harness(submission, rubric.settings, modules))
-                report.child_seconds = harness.start()
-                report.notes.extend(harness.notes)
-                report.environment["children_uid"] = harness.user[0] if harness.user else os.geteuid()
-                report.environment["defences"] = harness.defences
-            except (HarnessError, OSError) as error:
-                broken = f"grader error: could not start isolated children: {error}"
-        for criterion in criteria:
-            started = time.perf_counter()
-            limit = timeout if timeout is not None else criterion.timeout
-            output, details = "", {}
-            if HARDWARE[criterion.needs] > gpus:
-                wanted = HARDWARE[criterion.needs]
-                status, message = "blocked", f"needs {wanted} CUDA GPU{'s' if wanted > 1 else ''} (this machine has {gpus})"
-            elif submission.problem is not None:
-                status, message = "failed", submission.problem
-            elif submission.missing_file_for(criterion.problem):
-                status, message = "failed", f"missing {submission.missing_file_for(criterion.problem)} (not in the submission)"
-            elif broken is not None:
-                status, message = "error", broken
-            else:
-                try:
-                    outcome = harness.run(criterion, report.seed, limit)
-                    if outcome.kind == "observation" and not outcome.envelope.get("tampered"):
-                        status, message, details = judge_observation(criterion, report.seed, outcome.envelope["observation"])
-                    else:
-                        status, message = judge(criterion, report.seed, outcome, submission, limit, rubric.settings.output_limit_mb)
-                    output = outcome.output
-                    _note_outcome(report, criterion, outcome)
-                except (HarnessError, OSError) as error:
-                    status, message = "error", f"grader error running {criterion.id}: {error}"
-            result = Result(
-                id=criterion.id, problem=criterion.problem, title=criterion.title, points=criterion.points,
-                earned=criterion.points if status == "passed" else 0, status=status, message=message,
-                seconds=round(time.perf_counter() - started, 3), output=output if status != "passed" else "",
-                details=details,
-            )
-            report.results.append(result)
-            if on_result is not None:
-                on_result(report, result)
-    if report.count("error"):
-        _flag(report, "grader error")
-    report.complete = True
     return report
+
+
+def _start_harness(stack: contextlib.ExitStack, report: Report, submission: Submission, rubric: Rubric,
+                   criteria: list[Criterion]) -> Harness | str | None:
+    """The harness for the criteria this machine can run; None when none needs one; the
+    reason as a string when it could not start (those criteria are the grader's ``error``)."""
+    runnable = [c for c in criteria if HARDWARE[c.needs] <= report.environment["gpus"]]
+    if not runnable or submission.problem is not None:
+        return None
+    try:
+        harness = stack.enter_context(Harness(submission, rubric.settings, sorted({c.module for c in runnable})))
+        report.child_seconds = harness.start()
+    except (HarnessError, OSError) as error:
+        return f"grader error: could not start isolated children: {error}"
+    report.notes.extend(harness.notes)
+    report.environment["children_uid"] = harness.user[0] if harness.user else os.geteuid()
+    report.environment["defences"] = harness.defences
+    return harness
+
+
+def _grade_criterion(criterion: Criterion, report: Report, submission: Submission, rubric: Rubric,
+                     harness: Harness | str | None, timeout: float | None) -> Result:
+    started = time.perf_counter()
+    limit = timeout if timeout is not None else criterion.timeout
+    status, message, output, details = _verdict(criterion, report, submission, rubric, harness, limit)
+    return Result(
+        id=criterion.id, problem=criterion.problem, title=criterion.title, points=criterion.points,
+        earned=criterion.points if status == Status.PASSED else 0, status=status, message=message,
+        seconds=round(time.perf_counter() - started, 3), output=output if status != Status.PASSED else "",
+        details=details,
+    )
+
+
+def _verdict(criterion: Criterion, report: Report, submission: Submission, rubric: Rubric,
+             harness: Harness | str | None, limit: float) -> tuple[Status, str, str, dict]:
+    """``(status, message, output, details)`` of one criterion."""
+    gpus, wanted = report.environment["gpus"], HARDWARE[criterion.needs]
+    if wanted > gpus:
+        return Status.BLOCKED, f"needs {wanted} CUDA GPU{'s' if wanted > 1 else ''} (this machine has {gpus})", "", {}
+    if submission.problem is not None:
+        return Status.FAILED, submission.problem, "", {}
+    missing = submission.missing_file_for(criterion.problem)
+    if missing:
+        return Status.FAILED, f"missing {missing} (not in the submission)", "", {}
+    if not isinstance(harness, Harness):
+        return Status.ERROR, harness or "grader error: no harness was started", "", {}
+    try:
+        outcome = harness.run(criterion, report.seed, limit)
+    except (HarnessError, OSError) as error:
+        return Status.ERROR, f"grader error running {criterion.id}: {error}", "", {}
+    _note_outcome(report, criterion, outcome)
+    if outcome.kind == Kind.OBSERVATION and not outcome.envelope.get("tampered"):
+        status, message, details = judge_observation(criterion, report.seed, outcome.envelope["observation"])
+        return status, message, outcome.output, details
+    status, message = judge(criterion, report.seed, outcome, submission, limit, rubric.settings.output_limit_mb)
+    return status, message, outcome.output, {}
 
 
 def _note_outcome(report: Report, criterion: Criterion, outcome: Outcome) -> None:
@@ -269,31 +237,6 @@ def _note_outcome(report: Report, criterion: Criterion, outcome: Outcome) -> Non
             f"{criterion.id}: your code left {outcome.orphans} process(es) running after the criterion "
             "ended (setsid or a double fork?); the grader killed them"
         )
-        _flag(report, "processes left running")
+        report.flag("processes left running")
     if outcome.envelope.get("tampered"):
-        _flag(report, f"{criterion.id} replaced grader or torch code")
-
-
-def _flag(report: Report, reason: str) -> None:
-    if reason not in report.review:
-        report.review.append(reason)
-
-
-def as_json(report: Report) -> dict:
-    """The ``--json`` report, schema_version 1."""
-    return {
-        "schema_version": 1,
-        "submission": report.submission,
-        "files": report.files,
-        "environment": report.environment,
-        "score": report.score,
-        "max_score": report.max_score,
-        "blocked_points": report.blocked_points,
-        "complete": report.complete,
-        "seed": report.seed,
-        "notes": report.notes,
-        "needs_review": report.needs_review,
-        "review_reasons": report.review,
-        "policy_findings": report.policy_findings,
-        "criteria": [asdict(result) for result in report.results],
-    }
+        report.flag(f"{criterion.id} replaced grader or torch code")

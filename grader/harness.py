@@ -20,18 +20,18 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from multiprocessing import spawn
 from pathlib import Path
 
 import torch
-from multiprocessing import spawn
 
-import grader
 from grader import child
+from grader.layout import PROVIDED_FOLDER, REPOSITORY, SOLUTION_MARKER, STUDENT_FILES, UID_SLOT_VARIABLE
+from grader.processes import kill_group, processes_of
+from grader.protocol import REPORTED_BY_CHILD, Kind
 from grader.rubric import Criterion, Settings
-from grader.submission import STUDENT_FILES, Submission
+from grader.submission import Submission
 
-REPO = Path(grader.__file__).resolve().parent.parent
-PROVIDED = REPO / "minitorch"
 OUTPUT_TAIL_BYTES = 64 * 1024
 STARTUP_TIMEOUT = 180.0
 PROCESS_PREFIX = "grader-"
@@ -45,12 +45,11 @@ class HarnessError(RuntimeError):
 class Outcome:
     """What one child produced.
 
-    ``kind``: ``observation`` / ``fail`` / ``exception`` / ``garbage`` (the child reported),
-    ``timeout``, ``flood`` (printed past the output limit), ``exited`` (ended without a
-    result: ``exitcode`` says how) or ``grader-error``. ``envelope`` is the child's report.
+    ``kind``: one of :class:`grader.protocol.Kind` (``exited``: ended without a result,
+    ``exitcode`` says how). ``envelope`` is the child's report.
     """
 
-    kind: str
+    kind: Kind
     envelope: dict
     seconds: float
     exitcode: int | None
@@ -89,35 +88,16 @@ def _unprivileged_user(settings: Settings) -> tuple[int, int] | None:
     except KeyError:
         return uid, entry.pw_gid
     raise HarnessError(
-        f"{UID_SLOT}={slot} asks children to run as uid {uid} ({settings.user!r}'s uid - {slot}), but that uid "
+        f"{UID_SLOT_VARIABLE}={slot} asks children to run as uid {uid} ({settings.user!r}'s uid - {slot}), but that uid "
         f"belongs to {owner!r}; run fewer jobs or give [grader] user a uid with free uids below it"
     )
 
 
-UID_SLOT = "GRADER_UID_SLOT"
-
-
 def _uid_slot() -> int:
-    value = os.environ.get(UID_SLOT, "0")
+    value = os.environ.get(UID_SLOT_VARIABLE, "0")
     if not value.isdigit() or int(value) > 65535:
-        raise HarnessError(f"{UID_SLOT} must be a whole number 0..65535, got {value!r}")
+        raise HarnessError(f"{UID_SLOT_VARIABLE} must be a whole number 0..65535, got {value!r}")
     return int(value)
-
-
-def processes_of(uid: int) -> list[dict[str, str]]:
-    """The ``/proc/<pid>/status`` fields (plus ``Pid``) of every process ``uid`` runs now."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/status") as status:
-                fields = {key: value.strip() for key, value in (line.split(":", 1) for line in status if ":" in line)}
-        except OSError:
-            continue
-        if int(fields.get("Uid", "-1").split()[0]) == uid:
-            found.append({**fields, "Pid": entry.name})
-    return found
 
 
 def _tasks_of(uid: int) -> int:
@@ -179,7 +159,7 @@ def _without_main_module(get_preparation_data):
             data.pop("init_main_from_name", None)
         return data
 
-    prepared.grader_patched = True
+    prepared.grader_patched = True  # type: ignore[attr-defined]  # marks the patch as applied once
     return prepared
 
 
@@ -188,8 +168,8 @@ def forkserver_context(check_modules: list[str]):
 
     The server starts on first use and is shared by every grading run in this process.
     """
-    if str(REPO) not in sys.path:  # the server imports grader.* from the repository
-        sys.path.insert(0, str(REPO))
+    if str(REPOSITORY) not in sys.path:  # the server imports grader.* from the repository
+        sys.path.insert(0, str(REPOSITORY))
     if not getattr(spawn.get_preparation_data, "grader_patched", False):
         spawn.get_preparation_data = _without_main_module(spawn.get_preparation_data)
     context = multiprocessing.get_context("forkserver")
@@ -203,12 +183,12 @@ class Harness:
     Args:
         submission: the student files.
         settings: limits from the rubric's ``[grader]`` table.
-        check_modules: modules to preload in the forkserver (``grader.checks.pipeline``).
+        check_modules: modules to preload in the forkserver (``grader.checks.problem2``).
         provided: the grader's own copy of the provided modules (default: ``minitorch/``
             of this repository; the student files in it are never copied).
     """
 
-    def __init__(self, submission: Submission, settings: Settings, check_modules: list[str], provided: Path = PROVIDED):
+    def __init__(self, submission: Submission, settings: Settings, check_modules: list[str], provided: Path = PROVIDED_FOLDER):
         self.submission = submission
         self.settings = settings
         self.context = forkserver_context(check_modules)
@@ -264,7 +244,7 @@ class Harness:
         process = self.context.Process(target=target, args=args, name=PROCESS_PREFIX + "helper")
         process.start()
         process.join(STARTUP_TIMEOUT)
-        _kill_group(process.pid, still_running=process.exitcode is None)
+        kill_group(process.pid, still_running=process.exitcode is None)
         self.swept += _sweep_orphans(before)
         return process.exitcode
 
@@ -297,6 +277,7 @@ class Harness:
             self.notes.append(f"children ran as root, not as {self.settings.user!r}: {reason}")
             self.user = None
             return
+        assert plan is not None  # None was a reason above
         self.expose = plan
         hide = hiding_plan(self.base)
         if hide and self._probe(expose=plan, hide=hide) is None:
@@ -316,6 +297,7 @@ class Harness:
 
     def _private_folder(self) -> Path:
         """A fresh TMPDIR/HOME/working folder that only the child's user can use."""
+        assert self.base is not None, "the harness is used as a context manager"
         folder = self.base / f"private-{self.count}"
         folder.mkdir(mode=0o700)
         if self.user is not None:
@@ -351,11 +333,11 @@ class Harness:
         try:
             process.join(timeout)
         except BaseException:  # Ctrl-C: leave nothing running behind
-            _kill_group(process.pid, still_running=True)
+            kill_group(process.pid, still_running=True)
             _sweep_orphans(before)
             raise
         timed_out = process.exitcode is None
-        _kill_group(process.pid, still_running=timed_out)  # also whatever it left in its group
+        kill_group(process.pid, still_running=timed_out)  # also whatever it left in its group
         process.join(10)
         orphans = _sweep_orphans(before)  # what escaped the group (setsid, double fork)
         self.swept += orphans
@@ -368,16 +350,16 @@ class Harness:
         output_path, result_path = Path(job.output_path), Path(job.result_path)
         output, output_bytes = _tail(output_path)
         if timed_out:
-            return Outcome("timeout", {}, seconds, None, output, output_bytes)
+            return Outcome(Kind.TIMEOUT, {}, seconds, None, output, output_bytes)
         exitcode = process.exitcode
         if exitcode == -signal.SIGXFSZ or output_bytes >= job.file_bytes:
-            return Outcome("flood", {}, seconds, exitcode, output, output_bytes)
+            return Outcome(Kind.FLOOD, {}, seconds, exitcode, output, output_bytes)
         envelope = _read_result(result_path, job.file_bytes) if exitcode == 0 else None
         if envelope is None:
-            return Outcome("exited", {}, seconds, exitcode, output, output_bytes)
-        if not isinstance(envelope, dict) or envelope.get("kind") not in ("observation", "fail", "exception", "garbage", "grader-error"):
-            return Outcome("garbage", {"message": "the child's report is not in the grader's format"}, seconds, exitcode, output, output_bytes)
-        return Outcome(envelope["kind"], envelope, seconds, exitcode, output, output_bytes)
+            return Outcome(Kind.EXITED, {}, seconds, exitcode, output, output_bytes)
+        if not isinstance(envelope, dict) or not isinstance(envelope.get("kind"), str) or envelope["kind"] not in REPORTED_BY_CHILD:
+            return Outcome(Kind.GARBAGE, {"message": "the child's report is not in the grader's format"}, seconds, exitcode, output, output_bytes)
+        return Outcome(Kind(envelope["kind"]), envelope, seconds, exitcode, output, output_bytes)
 
 
 def hiding_plan(scratch: Path | None = None) -> tuple:
@@ -385,7 +367,7 @@ def hiding_plan(scratch: Path | None = None) -> tuple:
     the tests) covered in the children's view, keeping only the folders of the Python
     environment that live inside it (``make test``'s ``.venv``); ``()`` when the scratch
     folder is inside it."""
-    repo = os.path.realpath(REPO)
+    repo = os.path.realpath(REPOSITORY)
     if scratch is not None and os.path.realpath(scratch).startswith(repo + os.sep):
         return ()
     environments = {os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix)}
@@ -483,22 +465,7 @@ def _reap(pid: int, deadline: float) -> None:
 def _is_provided(path: Path) -> bool:
     """A provided module: not a student file and free of solution markers (a file holding
     answers must never reach a child, whatever its name)."""
-    return path.name not in STUDENT_FILES and "# BEGIN SOLUTION" not in path.read_text(encoding="utf-8", errors="replace")
-
-
-def _kill_group(pid: int | None, still_running: bool) -> None:
-    """SIGKILL the child's process group; the child itself too if it never reached setsid
-    (only while it is known to be running: a reaped pid may already belong to another)."""
-    if pid is None:
-        return
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        if still_running:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+    return path.name not in STUDENT_FILES and SOLUTION_MARKER not in path.read_text(encoding="utf-8", errors="replace")
 
 
 def _tail(path: Path) -> tuple[str, int]:
@@ -525,4 +492,4 @@ def _read_result(path: Path, limit: int):
     try:
         return torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:  # noqa: BLE001 - anything unreadable is the child's garbage
-        return {"kind": "garbage", "message": f"unreadable report ({type(error).__name__})"}
+        return {"kind": Kind.GARBAGE.value, "message": f"unreadable report ({type(error).__name__})"}

@@ -55,7 +55,7 @@ class _Scanner(ast.NodeVisitor):
         self.aliases: dict[str, str] = {}  # local name -> full dotted name it was imported as
         self.hits: list[tuple[int, str]] = []
 
-    def _flag(self, node: ast.AST, dotted: str) -> None:
+    def _flag(self, node: ast.expr | ast.stmt, dotted: str) -> None:
         for name in self.modules:
             if _matches(dotted, name):
                 self.hits.append((node.lineno, name))

@@ -25,6 +25,8 @@ def merge(old: dict, new: dict, source: str) -> tuple[dict, list[dict]]:
     for added in replacements.values():
         criteria.append(added)
         changes.append(_change(None, added))
+    earlier = old.get("merged")
+    history: list = earlier if isinstance(earlier, list) else []
     reasons = list(dict.fromkeys([*_strings(old.get("review_reasons")), *_strings(new.get("review_reasons"))]))
     if new.get("files") != old.get("files"):
         reasons.append(f"the {source} graded different student files than the rest of this report "
@@ -39,7 +41,7 @@ def merge(old: dict, new: dict, source: str) -> tuple[dict, list[dict]]:
         "notes": list(dict.fromkeys([*_strings(old.get("notes")), *_strings(new.get("notes"))])),
         "review_reasons": reasons,
         "needs_review": bool(reasons),
-        "merged": [*(old.get("merged") if isinstance(old.get("merged"), list) else []), {
+        "merged": [*history, {
             "source": source,
             "criteria": [c.get("id") for c in new["criteria"]],
             "seed": new.get("seed"),

@@ -4,17 +4,12 @@ from __future__ import annotations
 import json
 import os
 
-from grader.atomic import write_atomic  # here too: callers import it from this module
-from grader.grading import Report, Result, as_json
-from grader.harness import format_bytes
+from grader.protocol import Report, Result, Status, write_atomic
+from grader.protocol import format_points as _points
 from grader.rubric import Rubric
 
 OUTPUT_LINES_SHOWN = 15
 POLICY_LINES_SHOWN = 20
-
-
-def _points(value: float) -> str:
-    return f"{value:g}"
 
 
 def live_line(result: Result) -> str:
@@ -41,15 +36,15 @@ def summary(report: Report, rubric: Rubric) -> str:
     for problem, results in problems.items():
         earned = sum(r.earned for r in results)
         points = sum(r.points for r in results)
-        blocked = [r for r in results if r.status == "blocked"]
+        blocked = [r for r in results if r.status == Status.BLOCKED]
         note = f"  blocked: {blocked[0].message}" if blocked else ""
         lines.append(f"{problem:<8}{rubric.title_of(problem):<{width + 2}}{_points(earned):>5}/{_points(points):<4}{note}")
     total = f"{_points(report.score):>5}/{_points(report.max_score):<4}"
-    blocked = f"  ({_points(report.blocked_points)} points blocked: hardware missing)" if report.blocked_points else ""
-    lines.append(f"{'Total':<{width + 10}}{total}{blocked}")
+    blocked_note = f"  ({_points(report.blocked_points)} points blocked: hardware missing)" if report.blocked_points else ""
+    lines.append(f"{'Total':<{width + 10}}{total}{blocked_note}")
     if not report.complete:
         lines.append(f"(incomplete: {len(report.results)} of {report.planned} criteria graded)")
-    problems_shown = [r for r in report.results if r.status not in ("passed", "blocked")]
+    problems_shown = [r for r in report.results if r.status not in (Status.PASSED, Status.BLOCKED)]
     if problems_shown:
         lines += ["", "What went wrong:"]
         for result in problems_shown:
@@ -58,8 +53,8 @@ def summary(report: Report, rubric: Rubric) -> str:
             if result.output:
                 lines.append(f"    your code printed (last {OUTPUT_LINES_SHOWN} lines at most):")
                 lines.append(_indent(_output_tail(result), "      | "))
-    if report.count("error"):
-        lines += ["", f"GRADER ERROR in {report.count('error')} criteria: the grader broke, not the submission. Tell the course staff."]
+    if report.count(Status.ERROR):
+        lines += ["", f"GRADER ERROR in {report.count(Status.ERROR)} criteria: the grader broke, not the submission. Tell the course staff."]
     for note in report.notes:
         lines.append(f"note: {note}")
     if report.needs_review:
@@ -74,13 +69,9 @@ def summary(report: Report, rubric: Rubric) -> str:
     return "\n".join(lines)
 
 
-def write_json(report: Report, path: str | os.PathLike) -> None:
-    write_atomic(path, json.dumps(as_json(report), indent=2) + "\n")
-
-
 def gradescope(report: Report, rubric: Rubric, seconds: float) -> dict:
     """Gradescope's results.json for ``report``."""
-    tests, index = [], {}
+    tests, index = [], {}  # type: list[dict], dict[str, int]
     for result in report.results:
         index[result.problem] = index.get(result.problem, 0) + 1
         output = result.message
@@ -91,8 +82,8 @@ def gradescope(report: Report, rubric: Rubric, seconds: float) -> dict:
             "number": f"{result.problem}.{index[result.problem]}",
             "score": result.earned,
             "max_score": result.points,
-            "status": "passed" if result.status == "passed" else "failed",
-            "output": f"[{result.status}] {output}".rstrip() if result.status != "passed" else "passed",
+            "status": "passed" if result.status == Status.PASSED else "failed",
+            "output": f"[{result.status}] {output}".rstrip() if result.status != Status.PASSED else "passed",
             "visibility": "visible",
         }
         tests.append(test)
@@ -113,4 +104,3 @@ def failure_results(message: str, seconds: float = 0.0) -> dict:
     return {"score": 0, "execution_time": int(round(seconds)), "output": message, "tests": []}
 
 
-__all__ = ["live_line", "summary", "write_json", "write_gradescope", "gradescope", "write_atomic", "format_bytes"]

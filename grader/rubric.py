@@ -13,12 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
-DEFAULT_RUBRIC = Path(__file__).resolve().parent / "rubric.toml"
+from grader.layout import DEFAULT_RUBRIC
+from grader.tomlcompat import tomllib
 
 # What each value of `needs` asks of the machine: the number of CUDA GPUs.
 HARDWARE = {"cpu": 0, "cuda1": 1, "cuda2": 2}
@@ -74,7 +70,7 @@ class Criterion:
 
     @property
     def module(self) -> str:
-        """The check module's import name, e.g. ``grader.checks.pipeline``."""
+        """The check module's import name, e.g. ``grader.checks.problem2``."""
         return "grader.checks." + self.check.split(":")[0]
 
     @property
@@ -183,7 +179,7 @@ def _criterion(entry: Any, index: int, settings: Settings, where: str) -> Criter
     if entry["needs"] not in HARDWARE:
         raise RubricError(f"{label}: needs must be one of {', '.join(repr(n) for n in HARDWARE)}, got {entry['needs']!r}")
     if not _CHECK.match(entry["check"]):
-        raise RubricError(f"{label}: check must be \"<module>:<name>\", e.g. \"pipeline:forward\", got {entry['check']!r}")
+        raise RubricError(f"{label}: check must be \"<module>:<name>\", e.g. \"problem2:forward\", got {entry['check']!r}")
     timeout = entry.get("timeout", settings.timeout)
     if not _is_number(timeout) or timeout <= 0:
         raise RubricError(f"{label}: timeout must be a positive number of seconds, got {timeout!r}")

@@ -1,11 +1,12 @@
 """A node-wide lease on uid slots, so graders that share a machine never share a uid.
 
-As root, the children of uid slot k run as ``nobody``'s uid - k (see grader.harness). One
-``batch`` hands out slots 0..jobs-1 to its own workers, but several Slurm array tasks can
-land on one node, each with workers of its own: they must not pick the same slots. Each
-slot is a lock file in a root-only folder of the node; holding ``flock`` on it is holding
-the slot. The kernel drops the lock when the holder exits, however it exits (a task killed
-by Slurm's time limit included), so a slot is never leaked.
+As root, the children of uid slot k run as ``nobody``'s uid - k (see grader.harness), and a
+grader kills whatever its children's uid left running. A ``batch`` gives each of its workers
+a slot, but two batches, or several Slurm array tasks, can share a node: they must not pick
+the same slots. Each slot is a lock file in a root-only folder of the node; holding
+``flock`` on it is holding the slot. The kernel drops the lock when the holder exits, however
+it exits (a task killed by Slurm's time limit included), so a slot is never leaked. Leases
+start at slot 1: slot 0 (``nobody`` itself) is left to single ``grade`` runs, which take none.
 """
 from __future__ import annotations
 
@@ -47,9 +48,11 @@ def _private_folder(folder: Path) -> None:
 
 
 class SlotLease:
-    """Hold ``count`` uid slots of this node until :meth:`release` (or the process ends).
+    """Hold ``count`` uid slots of this node (from 1 .. ``limit`` - 1) until :meth:`release`
+    or the process ends. ``slots`` lists them, lowest first.
 
-    ``slots`` lists them, lowest first. Raises SlotError when fewer than ``count`` are free.
+    Raises:
+        SlotError: fewer than ``count`` are free, or the lock folder is not safe.
     """
 
     def __init__(self, count: int, folder: Path | None = None, limit: int = MAX_SLOTS):
@@ -57,7 +60,7 @@ class SlotLease:
         self.slots: list[int] = []
         self._files: list[int] = []
         _private_folder(self.folder)
-        for slot in range(limit):
+        for slot in range(1, limit):
             if len(self.slots) == count:
                 break
             descriptor = os.open(self.folder / f"slot-{slot}", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
@@ -71,7 +74,7 @@ class SlotLease:
         if len(self.slots) < count:
             free = len(self.slots)
             self.release()
-            raise SlotError(f"only {free} of the {count} uid slots asked for are free on this node (slots 0..{limit - 1})")
+            raise SlotError(f"only {free} of the {count} uid slots asked for are free on this node (slots 1..{limit - 1})")
 
     def release(self) -> None:
         for descriptor in self._files:

@@ -14,9 +14,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-STUDENT_FILES = ("pipeline.py", "tensor_parallel.py")
-# Which student file each homework problem (the part before the dot) is written in.
-FILE_OF_PROBLEM = {"2": "pipeline.py", "3": "tensor_parallel.py", "4": "pipeline.py"}
+from grader.layout import FILE_OF_PROBLEM, STUDENT_FILES, provided_names
+
 MAX_FILE_BYTES = 1_000_000
 MAX_ZIP_BYTES = 50_000_000
 MAX_ZIP_ENTRIES = 2_000
@@ -88,13 +87,13 @@ def _from_folder(folder: Path) -> Submission:
 # Kinds of file that could change how Python or pytest runs if they were ever used (they never
 # are: only the student files are copied); the report names them so a TA sees the attempt.
 CODE_SUFFIXES = (".py", ".pth", ".ini", ".cfg", ".toml", ".so")
-PROVIDED_NAMES = frozenset(p.name for p in (Path(__file__).resolve().parents[1] / "minitorch").glob("*.py"))
+PROVIDED_NAMES = provided_names()
 
 
 def _other_files(folder: Path, limit: int = 200) -> list[str]:
     """Code and configuration files of the submission folder other than the student files
     and copies of the provided modules (never used; reported)."""
-    found = []
+    found: list[str] = []
     for root, folders, files in os.walk(folder):
         folders[:] = sorted(f for f in folders if f not in ("__pycache__", ".git"))
         for name in sorted(files):

@@ -1,6 +1,6 @@
 """Small printed demos of the homework's ideas (provided).
 
-``python -m minitorch.pipeline`` prints the clock-cycle table of lecture section 2.2 and
+``python -m minitorch.demos`` prints the clock-cycle table of lecture section 2.2 and
 the submit/receive order of section 3.1, using YOUR ``clock_cycles`` and ``Pipe``.
 """
 from __future__ import annotations
@@ -51,3 +51,7 @@ def pipeline_demo(num_microbatches: int = 3, num_stages: int = 3) -> None:
         expected = stage(expected)
     difference = (output - expected).abs().max().item()
     print(f"\nmax |Pipe - sequential| = {difference:.1e}")
+
+
+if __name__ == "__main__":
+    pipeline_demo()

@@ -56,7 +56,8 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -172,7 +173,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
 
     workdir = tempfile.mkdtemp(prefix="minitorch-launch-")
     # Forking after CUDA is initialised leaves the children with a broken CUDA context.
-    context = multiprocessing.get_context("spawn" if torch.cuda.is_initialized() else "fork")
+    context: Any = multiprocessing.get_context("spawn" if torch.cuda.is_initialized() else "fork")
     ranks = [
         context.Process(
             target=_rank_main,
@@ -331,6 +332,7 @@ def _rebuild(rank: int, outcome: dict) -> Exception:
     """The rank's exception, rebuilt in this process: same type when that is safely possible."""
     message = f"rank {rank}: {outcome['message']}"
     error_type = _find_exception_type(outcome["error_module"], outcome["error_type"])
+    error: Exception
     if outcome["is_timeout"]:
         error = TimeoutError(message)
     else:
@@ -338,7 +340,11 @@ def _rebuild(rank: int, outcome: dict) -> Exception:
             error = error_type(message)
         except Exception:
             error = RuntimeError(f"rank {rank}: {outcome['error_type']}: {outcome['message']}")
-    error.add_note(f"--- traceback in rank {rank} ---\n{outcome['traceback'].rstrip()}")
+    note = f"--- traceback in rank {rank} ---\n{outcome['traceback'].rstrip()}"
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:  # Python 3.10: the same attribute, not printed with the traceback
+        error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
     return error
 
 

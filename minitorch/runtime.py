@@ -22,8 +22,9 @@ import contextlib
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -157,7 +158,7 @@ class StageWorkers:
         self.devices = devices
         self.timeout = float(timeout)
         self._closed = False
-        self._stages = [_Stage(j, device, self) for j, device in enumerate(devices)]
+        self._stages = [_Stage(j, torch.device(device), self) for j, device in enumerate(devices)]
 
     @property
     def num_stages(self) -> int:

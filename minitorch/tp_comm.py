@@ -74,7 +74,7 @@ def layer_comm(b: int, s: int, h: int, t: int, bytes_per_element: int = 2,
     _check_positive(b=b, s=s, h=h, t=t)
     n = b * s * h
     if sequence_parallel:
-        per_block = (("reduce_scatter", n), ("all_gather", n))
+        per_block: tuple[tuple[str, int], ...] = (("reduce_scatter", n), ("all_gather", n))
         cost = {"reduce_scatter": reduce_scatter_bytes, "all_gather": all_gather_bytes}
     else:
         per_block = (("all_reduce", n),)

@@ -96,17 +96,17 @@ verdict() {
 KEY=$WORK/key STUBS=$WORK/stubs WRONG=$WORK/wrong-transfers
 "$PYTHON" scripts/gpu_validate_report.py --make-submissions "$KEY" "$STUBS" "$WRONG" || exit 1
 
-run_step smoke-key 150 "$PYTHON" -m grader "$KEY" --gpu-smoke --json "$WORK/smoke-key.json"
+run_step smoke-key 150 "$PYTHON" -m grader grade "$KEY" --gpu-smoke --json "$WORK/smoke-key.json"
 verdict "answer key, --gpu-smoke (1 GPU)" all-passed "$WORK/smoke-key.json"
-run_step smoke-stubs 120 "$PYTHON" -m grader "$STUBS" --gpu-smoke --json "$WORK/smoke-stubs.json"
+run_step smoke-stubs 120 "$PYTHON" -m grader grade "$STUBS" --gpu-smoke --json "$WORK/smoke-stubs.json"
 verdict "stubs, --gpu-smoke (1 GPU)" all-failed-no-error "$WORK/smoke-stubs.json"
 if [ "$GPUS" -ge 2 ]; then
-    run_step key-2.3 200 "$PYTHON" -m grader "$KEY" --only 2.3 --json "$WORK/key-2.3.json"
+    run_step key-2.3 200 "$PYTHON" -m grader grade "$KEY" --only 2.3 --json "$WORK/key-2.3.json"
     verdict "answer key, 2.3 on 2 GPUs" all-passed "$WORK/key-2.3.json"
-    run_step wrong-2.3 200 "$PYTHON" -m grader "$WRONG" --only 2.2-transfers 2.3 --json "$WORK/wrong.json"
+    run_step wrong-2.3 200 "$PYTHON" -m grader grade "$WRONG" --only 2.2-transfers 2.3 --json "$WORK/wrong.json"
     verdict "Pipe moving on the calling thread, 2.2-transfers + 2.3 on 2 GPUs" all-failed-no-error "$WORK/wrong.json"
 else
-    run_step wrong 120 "$PYTHON" -m grader "$WRONG" --only 2.2-transfers --json "$WORK/wrong.json"
+    run_step wrong 120 "$PYTHON" -m grader grade "$WRONG" --only 2.2-transfers --json "$WORK/wrong.json"
     verdict "Pipe moving on the calling thread, 2.2-transfers" all-failed-no-error "$WORK/wrong.json"
     ROWS+=("| 2.3 on 2 GPUs | passes for the key, fails for the wrong Pipe | not run: this machine has $GPUS GPU | - |")
 fi

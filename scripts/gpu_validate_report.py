@@ -15,9 +15,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from grader.handout import strip_solutions  # noqa: E402 - after the repository is importable
-from grader.rubric import tomllib  # noqa: E402 - tomllib, or tomli on Python 3.10
-from grader.submission import STUDENT_FILES  # noqa: E402
+from grader.layout import STUDENT_FILES  # noqa: E402 - after the repository is importable
+from grader.tomlcompat import tomllib  # noqa: E402
+from kit.handout import strip_solutions  # noqa: E402
 
 WRONG_PIPE = REPO / "tests" / "catalogue" / "transfer-on-calling-thread.toml"
 

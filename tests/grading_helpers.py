@@ -4,16 +4,23 @@ Grading in the test process shares one forkserver (torch already imported) acros
 """
 from __future__ import annotations
 
+import io
 import time
 from pathlib import Path
 
-from grader.grading import Report, grade
-from grader.handout import strip_solutions
-from grader.harness import processes_of
-from grader.rubric import load_rubric
-from grader.submission import STUDENT_FILES, load_submission
+import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from grader.checks import observed
+from grader.child import plain_copy
+from grader.grading import grade
+from grader.layout import REPOSITORY as REPO
+from grader.layout import STUDENT_FILES
+from grader.processes import processes_of
+from grader.protocol import Report
+from grader.rubric import load_rubric
+from grader.submission import load_submission
+from kit.handout import strip_solutions
+
 ANSWER_KEY = REPO / "minitorch"
 
 
@@ -44,3 +51,15 @@ def leftover_processes(uid: int, wait: float = 2.0) -> list[str]:
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
+
+
+def observe_and_judge(checks, name: str, seed: int, params: dict | None = None):
+    """One check, in this process, along the grader's path: ``observe_<name>`` (as the child
+    runs it), the observation made plain data, through ``torch.save`` and
+    ``torch.load(weights_only=True)``, wrapped by ``observed``, then ``judge_<name>``."""
+    params = dict(params or {})
+    observation = plain_copy(getattr(checks, f"observe_{name}")(seed, dict(params)))
+    buffer = io.BytesIO()
+    torch.save(observation, buffer)
+    buffer.seek(0)
+    return getattr(checks, f"judge_{name}")(seed, params, observed(torch.load(buffer, weights_only=True)))

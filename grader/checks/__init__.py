@@ -103,6 +103,7 @@ def observed(value, path: str = "observation"):
     """``value`` (an observation, plain data) with dicts and lists that fail as
     :class:`Malformed` instead of KeyError / IndexError, so a judge given data of the wrong
     shape fails the criterion with a reason rather than crashing as a grader error."""
+    wrapped: ObservedDict | ObservedList | ObservedStr
     if type(value) is dict:
         wrapped = ObservedDict({key: observed(item, f"{path}[{key!r}]") for key, item in value.items()})
     elif type(value) is list:

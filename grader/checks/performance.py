@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from grader.checks import Fail
+from grader.checks.compare import expected_calls
 
 FULL = {"width": 2048, "blocks": 8, "rows": 8192, "split_size": 1024, "repeats": 5}
 SMOKE = {"width": 256, "blocks": 4, "rows": 1024, "split_size": 128, "repeats": 5}
@@ -42,6 +43,7 @@ def _gpu_description() -> dict:
 
 
 def observe_speedup(seed: int, params: dict) -> dict:
+    """Times the HW5 workload on two GPUs, one step on one device against the student's ``Pipe``, in paired runs."""
     from minitorch import runtime
     from minitorch.pipeline import Pipe
     from minitorch.timing import time_paired
@@ -106,11 +108,8 @@ def judge_speedup(seed: int, params: dict, observation: dict) -> dict:
     threshold = float(params.get("threshold", 1.10))
     details["threshold"] = threshold
     num_microbatches = observation["workload"]["rows"] // observation["workload"]["split_size"]
-    expected = []
-    for wave in range(num_microbatches + 1):
-        stages = [s for s in (0, 1) if 0 <= wave - s < num_microbatches]
-        expected += [("submit", s) for s in stages] + [("receive", s) for s in stages]
-    calls = [tuple(c) for c in observation["calls"]]
+    expected = [call for wave in expected_calls(num_microbatches, 2) for call in wave]
+    calls = [f"{kind}({stage})" for kind, stage in observation["calls"]]
     forwards = [calls[start : start + len(expected)] for start in range(0, len(calls), len(expected))]
     for number, order in enumerate(forwards):
         if order != expected:

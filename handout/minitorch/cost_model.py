@@ -23,6 +23,7 @@ What it leaves out (why real clusters differ): smaller, less efficient matrix mu
 at large t, latency of many small transfers, non-matmul time, buffers, fragmentation.
 """
 from __future__ import annotations
+
 from dataclasses import dataclass
 
 

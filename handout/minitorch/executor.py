@@ -16,14 +16,17 @@ loss over the whole batch.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
+from minitorch import schedules
 from minitorch.runtime import StageWorkers
 
 _POLL_SECONDS = 0.05
@@ -73,23 +76,27 @@ class StepReport:
     peak_live: list[int] = field(default_factory=list)
 
 
-def parse_action(action: Any, stage: int) -> tuple[str, int]:
-    """``"F3"``, or a ``minitorch.schedules.Action`` of ``stage``, -> ``("F", 3)``.
+def stage_plans(schedule: Sequence[Sequence[Any]], num_stages: int) -> list[list[tuple[str, int]]]:
+    """``[("F", 0), ("F", 1), ("B", 0), ...]`` per stage, from a schedule in the one
+    representation of :mod:`minitorch.schedules` (``Action`` rows or strings like ``"F3"``),
+    checked by its validator and simulator (which names the device and step of a problem).
 
     Raises:
-        ValueError: not a forward (F) or full backward (B), or an action of another stage
-            (the executor runs one stage per device: no interleaving, no I/W split).
+        ValueError: an invalid schedule, or one this executor cannot run: it runs one
+            stage per device (no interleaving) and full backwards (no I/W split).
     """
-    if isinstance(action, str):
-        kind, number = action[:1], action[1:]
-        microbatch = int(number) if number.isdigit() else -1
-    else:
-        kind, microbatch = getattr(action, "kind", None), getattr(action, "microbatch", -1)
-        if getattr(action, "stage", stage) != stage:
-            raise ValueError(f"stage {stage} got {action!r}: the executor runs one stage per device")
-    if kind not in ("F", "B") or not isinstance(microbatch, int) or microbatch < 0:
-        raise ValueError(f"an action must be F<microbatch> or B<microbatch>, got {action!r}")
-    return kind, microbatch
+    rows = schedules.validate(schedule)
+    if len(rows) != num_stages:
+        raise ValueError(f"{num_stages} stages but the schedule has {len(rows)} device rows")
+    for device, row in enumerate(rows):
+        for step, action in enumerate(row):
+            if action.stage != device or action.kind not in ("F", "B"):
+                raise ValueError(
+                    f"device {device} step {step}: {action.kind}{action.microbatch} of stage {action.stage}: "
+                    "the executor runs one stage per device, with forwards (F) and full backwards (B) only"
+                )
+    schedules.simulate(rows)  # an order no execution can follow is a deadlock: say so now
+    return [[(action.kind, action.microbatch) for action in row] for row in rows]
 
 
 def run_schedule(
@@ -105,9 +112,9 @@ def run_schedule(
     Args:
         workers: one worker per stage; ``workers.devices[s]`` is stage ``s``'s device.
         stages: the stages, ``stages[s]`` already on ``workers.devices[s]``.
-        schedule: ``schedule[s]`` is stage ``s``'s action list (``"F0"``, ``"B0"``, or
-            actions with ``.kind`` / ``.microbatch``) naming each of the M microbatches
-            once as F and once as B, F before B.
+        schedule: ``schedule[s]`` is stage ``s``'s action list in the representation of
+            :mod:`minitorch.schedules` (``Action`` or ``"F0"``, ``"B0"``), naming each of
+            the M microbatches once as F and once as B (see :func:`stage_plans`).
         inputs: ``[batch, ...]``, split along dim 0 into M nearly equal microbatches
             (``torch.tensor_split``).
         targets: ``[batch, ...]``, split the same way.
@@ -120,18 +127,10 @@ def run_schedule(
         ValueError: the schedule does not match the stages or the batch.
         The first exception a stage raised; TimeoutError if a stage waits too long.
     """
-    plans = [[parse_action(a, s) for a in actions] for s, actions in enumerate(schedule)]
-    if len(plans) != len(stages) or len(stages) != workers.num_stages:
-        raise ValueError(f"{len(stages)} stages, {workers.num_stages} workers, schedule for {len(plans)}")
+    if len(stages) != workers.num_stages:
+        raise ValueError(f"{len(stages)} stages but {workers.num_stages} workers")
+    plans = stage_plans(schedule, len(stages))
     num_microbatches = 1 + max(mb for plan in plans for _, mb in plan)
-    for stage_index, plan in enumerate(plans):
-        for kind in "FB":
-            order = [mb for k, mb in plan if k == kind]
-            if sorted(order) != list(range(num_microbatches)):
-                raise ValueError(f"stage {stage_index}: every microbatch needs exactly one {kind}, got {order}")
-        for step, (kind, mb) in enumerate(plan):
-            if kind == "B" and ("F", mb) not in plan[:step]:
-                raise ValueError(f"stage {stage_index}, step {step}: B{mb} comes before F{mb}")
     if num_microbatches > inputs.shape[0]:
         raise ValueError(f"{num_microbatches} microbatches but only {inputs.shape[0]} rows")
     microbatch_inputs = torch.tensor_split(inputs, num_microbatches)
@@ -172,14 +171,14 @@ def run_schedule(
                     else:
                         out.backward(gradients[s].take(mb, f"the gradient of microbatch {mb} from stage {s + 1}").to(device))
                     if s > 0:
-                        gradients[s - 1].put(mb, x.grad)
+                        gradients[s - 1].put(mb, x.grad)  # type: ignore[arg-type]  # x requires grad: set by backward
                 report.executed[s].append(f"{kind}{mb}")
         except BaseException:
             abort.set()
             raise
 
     for s in range(len(stages)):
-        workers.submit(s, lambda s=s: program(s))
+        workers.submit(s, functools.partial(program, s))
     errors = []
     for s in range(len(stages)):
         try:

@@ -14,7 +14,7 @@ per column; ``(i, j)`` is microbatch i on stage j::
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -317,9 +317,3 @@ def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments:
     """
     # TODO: Implement for Problem 4.3.
     raise NotImplementedError("Problem 4.3: checkpoint_sequential")
-
-
-if __name__ == "__main__":
-    from minitorch.demos import pipeline_demo
-
-    pipeline_demo()

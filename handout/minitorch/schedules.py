@@ -30,16 +30,17 @@ Two conventions for the bubble, named everywhere:
 - ``bubble_over_ideal``: idle time / compute time, Megatron's ``(K - 1) / M``
   (``(K - 1) / (v M)`` interleaved). For ``K = 8, M = 32``: 17.9% vs 21.9%.
 
-``python -m minitorch.schedules --schedule 1f1b -K 4 -M 8`` prints a timeline and its
-metrics.
+This module is a leaf: it never imports a student file. ``python -m minitorch.timeline
+--schedule 1f1b -K 4 -M 8`` (which looks up YOUR 1F1B and interleaved generators) prints a
+timeline and its metrics.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 from xml.sax.saxutils import escape
 
 KINDS = ("F", "B", "I", "W")
@@ -222,6 +223,32 @@ def simulate(
         ValueError: a malformed, missing, repeated or misplaced action, or a deadlock
             (an order no execution can follow); the message names the device and step.
     """
+    rows = validate(schedule, num_microbatches=num_microbatches, num_chunks=num_chunks)
+    num_devices = len(rows)
+    num_chunks = _infer_chunks(rows, num_devices) if num_chunks is None else num_chunks
+    num_microbatches = _infer_microbatches(rows) if num_microbatches is None else num_microbatches
+    _check_times(t_f, t_b, t_w, t_comm, rows)
+    split = _split_actions(rows)
+    durations = {"F": t_f, "B": t_b, "I": t_b - (t_w or 0.0), "W": t_w or 0.0}
+    durations = {kind: time / num_chunks for kind, time in durations.items()}
+    placed = _place(rows, durations, t_comm, num_devices * num_chunks, split)
+    return Timeline(tuple(tuple(row) for row in placed), num_chunks, num_microbatches)
+
+
+def validate(
+    schedule: Sequence[Sequence[Action | tuple | str]],
+    *,
+    num_microbatches: int | None = None,
+    num_chunks: int | None = None,
+) -> Schedule:
+    """The schedule as :class:`Action` rows, once every action is known to be well formed,
+    on its device, in range and present exactly once (F and B, or F, I and W, for every
+    stage and microbatch). The order's feasibility is :func:`simulate`'s to check (a
+    deadlock only shows when actions are placed in time).
+
+    Raises:
+        ValueError: the first problem, naming the device and step.
+    """
     rows = _as_actions(schedule)
     num_devices = len(rows)
     if num_devices == 0:
@@ -229,13 +256,18 @@ def simulate(
     if num_chunks is None:
         num_chunks = _infer_chunks(rows, num_devices)
     if num_microbatches is None:
-        num_microbatches = 1 + max((a.microbatch for row in rows for a in row), default=-1)
-    _check_times(t_f, t_b, t_w, t_comm, rows)
-    split = _validate(rows, num_devices, num_chunks, num_microbatches)
-    durations = {"F": t_f, "B": t_b, "I": t_b - (t_w or 0.0), "W": t_w or 0.0}
-    durations = {kind: time / num_chunks for kind, time in durations.items()}
-    placed = _place(rows, durations, t_comm, num_devices * num_chunks, split)
-    return Timeline(tuple(tuple(row) for row in placed), num_chunks, num_microbatches)
+        num_microbatches = _infer_microbatches(rows)
+    _validate(rows, num_devices, num_chunks, num_microbatches)
+    return rows
+
+
+def _infer_microbatches(rows: Schedule) -> int:
+    return 1 + max((a.microbatch for row in rows for a in row), default=-1)
+
+
+def _split_actions(rows: Schedule) -> set:
+    """The (stage, microbatch) pairs whose backward is split into I and W."""
+    return {(a.stage, a.microbatch) for row in rows for a in row if a.kind == "I"}
 
 
 def _as_actions(schedule) -> Schedule:
@@ -282,8 +314,8 @@ def _check_times(t_f, t_b, t_w, t_comm, rows) -> None:
         raise ValueError(f"a schedule with I/W actions needs 0 < t_w < t_b, got t_w={t_w}, t_b={t_b}")
 
 
-def _validate(rows: Schedule, num_devices: int, num_chunks: int, num_microbatches: int) -> set:
-    """Check every action is well placed, once; return the (stage, microbatch) split into I/W."""
+def _validate(rows: Schedule, num_devices: int, num_chunks: int, num_microbatches: int) -> None:
+    """Check every action is well placed, once."""
     num_stages = num_devices * num_chunks
     where: dict[Action, tuple[int, int]] = {}
     for device, row in enumerate(rows):
@@ -303,7 +335,6 @@ def _validate(rows: Schedule, num_devices: int, num_chunks: int, num_microbatche
             if action in where:
                 raise ValueError(f"device {device} step {step}: {text} repeats step {where[action][1]}")
             where[action] = (device, step)
-    split = set()
     for stage in range(num_stages):
         device = device_of(stage, num_devices)
         for microbatch in range(num_microbatches):
@@ -315,9 +346,6 @@ def _validate(rows: Schedule, num_devices: int, num_chunks: int, num_microbatche
                 if kind not in has:
                     text = format_action(Action(stage, kind, microbatch), num_devices, num_chunks)
                     raise ValueError(f"device {device}: missing {text} (stage {stage}, microbatch {microbatch})")
-            if "I" in has:
-                split.add((stage, microbatch))
-    return split
 
 
 def _place(rows: Schedule, durations: dict, t_comm: float, num_stages: int, split: set) -> list[list[Slot]]:
@@ -444,7 +472,7 @@ def render_svg(timeline: Timeline, *, unit_px: float = 24.0, row_px: float = 26.
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'font-family="monospace" font-size="11">',
-        f'<rect width="100%" height="100%" fill="white"/>',
+        '<rect width="100%" height="100%" fill="white"/>',
     ]
     if title:
         parts.append(f'<text x="{left}" y="18" font-size="13">{escape(title)}</text>')
@@ -520,29 +548,6 @@ def zb_h1(num_stages: int, num_microbatches: int) -> Schedule:
     return schedule
 
 
-GENERATORS = ("gpipe", "1f1b", "interleaved", "zb-h1")
-
-
-def generator(name: str):
-    """The schedule generator called ``name`` (one of ``GENERATORS``).
-
-    ``"1f1b"`` and ``"interleaved"`` are ``one_f_one_b`` / ``interleaved_one_f_one_b`` from
-    ``minitorch.pipeline`` (Problems 4.1 and 4.2); until you implement them they raise
-    NotImplementedError.
-    """
-    if name == "gpipe":
-        return gpipe
-    if name == "zb-h1":
-        return zb_h1
-    from minitorch import pipeline
-
-    if name == "1f1b":
-        return pipeline.one_f_one_b
-    if name == "interleaved":
-        return pipeline.interleaved_one_f_one_b
-    raise ValueError(f"unknown schedule {name!r}; choose from {', '.join(GENERATORS)}")
-
-
 # ---------------------------------------------------------------- closed forms
 
 
@@ -590,7 +595,7 @@ def idle_dualpipe(num_stages: int, t_b: float, t_w: float, t_fb: float) -> float
     return (num_stages // 2 - 1) * (t_fb + t_b - 3 * t_w)
 
 
-# ---------------------------------------------------------------- command line
+# ---------------------------------------------------------------- metrics as text
 
 
 def describe(timeline: Timeline) -> str:
@@ -606,38 +611,3 @@ def describe(timeline: Timeline) -> str:
             f"peak in-flight microbatches per device [{peaks}]",
         ]
     )
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m minitorch.schedules", description=__doc__.split("\n")[0])
-    parser.add_argument("--schedule", choices=GENERATORS, default="1f1b")
-    parser.add_argument("-K", type=int, default=4, help="devices (pipeline stages)")
-    parser.add_argument("-M", type=int, default=8, help="microbatches")
-    parser.add_argument("-v", type=int, default=2, help="chunks per device (interleaved only)")
-    parser.add_argument("--t-f", type=float, default=1.0)
-    parser.add_argument("--t-b", type=float, default=2.0)
-    parser.add_argument("--t-w", type=float, default=None, help="W part of t_b (zb-h1; default t_b/2)")
-    parser.add_argument("--t-comm", type=float, default=0.0)
-    parser.add_argument("--svg", help="also write the timeline as an SVG picture to this path")
-    args = parser.parse_args(argv)
-    try:
-        if args.schedule == "interleaved":
-            schedule = generator("interleaved")(args.K, args.M, args.v)
-        else:
-            schedule = generator(args.schedule)(args.K, args.M)
-        t_w = args.t_w if args.t_w is not None else args.t_b / 2
-        timeline = simulate(schedule, args.t_f, args.t_b, t_w=t_w, t_comm=args.t_comm)
-    except ValueError as error:
-        parser.error(str(error))
-    except NotImplementedError as error:
-        parser.exit(1, f"{error}: implement it in minitorch/pipeline.py first\n")
-    print(f"{args.schedule}, K = {args.K}, M = {args.M}, t_f = {args.t_f:g}, t_b = {args.t_b:g}, t_comm = {args.t_comm:g}")
-    print(render_ascii(timeline))
-    print(describe(timeline))
-    if args.svg:
-        with open(args.svg, "w", encoding="utf-8") as file:
-            file.write(render_svg(timeline, title=f"{args.schedule} K={args.K} M={args.M}"))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,856 @@
+"""Hidden checks for Problem 3 (tensor parallelism), run on gloo with t = 2 and t = 4 in float64.
+
+Each ``observe_*`` launches the ranks with the grader's own ``minitorch.distributed.launch``;
+the ranks build the student's layers from master tensors derived from ``seed``, run forward and
+backward, and report outputs, gradients and every ``torch.distributed`` collective they issued
+(kind, number of elements, dtype, phase). Each ``judge_*`` rebuilds the same master tensors,
+computes the expected values with dense single-process PyTorch (``F.linear``,
+``nn.MultiheadAttention``, ``nn.LayerNorm``, ``F.embedding``, ``F.cross_entropy``) and compares.
+
+Recording collectives: ``_install_recorder`` wraps the collectives of ``torch.distributed`` in
+the observing process BEFORE the ranks are forked, so every rank inherits the wrappers. A
+collective's size is the number of elements of its largest tensor argument (a list counts as
+the sum of its tensors): an all-reduce of n, an all-gather INTO n elements and a reduce-scatter
+FROM n elements all record n. Collectives called from inside another one are not recorded again.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from grader.checks import Fail, expect_tensor
+from grader.checks.compare import max_difference
+
+WORLD_SIZES = (2, 4)
+S, B, H, HEADS, FFN, VOCAB = 8, 2, 16, 4, 32, 48   # all divisible by 4
+N = S * B * H                                       # elements of one [s, b, h] activation
+TOL = 1e-10
+SHARD = "that block"  # what a parameter is compared with in the shard checks
+DTYPE = torch.float64
+LAUNCH_TIMEOUT = 10.0
+
+
+# ======================================================================================
+# Recording collectives (in the ranks)
+# ======================================================================================
+_KINDS = {
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
+    "all_gather": "all_gather", "all_gather_coalesced": "all_gather",
+    "all_gather_into_tensor": "all_gather", "all_gather_single": "all_gather",
+    "_all_gather_base": "all_gather",
+    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+    "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
+    "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
+    "send": "send", "recv": "recv", "isend": "send", "irecv": "recv",
+    "batch_isend_irecv": "send/recv", "barrier": "barrier", "monitored_barrier": "barrier",
+    "all_gather_object": "all_gather_object", "broadcast_object_list": "broadcast_object_list",
+    "gather_object": "gather_object", "scatter_object_list": "scatter_object_list",
+    "send_object_list": "send_object_list", "recv_object_list": "recv_object_list",
+}
+_LOG: list[dict] = []
+_PHASE = ["setup"]
+_NESTING = threading.local()
+
+
+def _install_recorder() -> None:
+    """Wrap every collective of torch.distributed (idempotent)."""
+    c10d = dist.distributed_c10d
+    for name, kind in _KINDS.items():
+        for module in (dist, c10d):
+            original = getattr(module, name, None)
+            if original is not None and not getattr(original, "_grader_recorded", False):
+                setattr(module, name, _recorded(original, kind))
+
+
+def _recorded(original, kind):
+    @functools.wraps(original)
+    def collective(*args, **kwargs):
+        if getattr(_NESTING, "depth", 0):
+            return original(*args, **kwargs)
+        numel, dtype = _largest_tensor_argument(list(args) + list(kwargs.values()))
+        op = kwargs.get("op", args[1] if kind == "all_reduce" and len(args) > 1 else None)
+        _LOG.append({"phase": _PHASE[0], "kind": kind, "numel": numel, "dtype": dtype,
+                     "op": str(op).rsplit(".", 1)[-1] if op is not None else ""})
+        _NESTING.depth = 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _NESTING.depth = 0
+
+    collective._grader_recorded = True
+    return collective
+
+
+def _largest_tensor_argument(arguments) -> tuple[int, str]:
+    best, dtype = 0, ""
+    for argument in arguments:
+        tensors = [argument] if isinstance(argument, torch.Tensor) else (
+            [a for a in argument if isinstance(a, torch.Tensor)]
+            if isinstance(argument, (list, tuple)) else [])
+        size = sum(t.numel() for t in tensors)
+        if tensors and size > best:
+            best, dtype = size, str(tensors[0].dtype).replace("torch.", "")
+    return best, dtype
+
+
+class _Phase:
+    """``with _Phase("forward"):`` tags the collectives issued inside."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        _PHASE[0] = self.name
+
+    def __exit__(self, *exc):
+        _PHASE[0] = "setup"
+
+
+def _start_rank() -> None:
+    _LOG.clear()
+    _PHASE[0] = "setup"
+
+
+def _launch(rank_fn, seed: int, params: dict) -> dict:
+    """Run ``rank_fn(rank, t, seed, params)`` for every t; ``{"t2": [rank values], ...}``."""
+    from minitorch.distributed import launch
+
+    _install_recorder()
+    return {f"t{t}": launch(rank_fn, t, seed, params, backend="gloo", timeout=LAUNCH_TIMEOUT)
+            for t in params.get("world_sizes", WORLD_SIZES)}
+
+
+def _backward(output, grad) -> None:
+    """``output.backward(grad)`` without its one-off import of sympy (0.4 s in every rank)."""
+    (output * grad).sum().backward()
+
+
+def _out(tensor):
+    """A tensor fit to travel back to the parent."""
+    if not isinstance(tensor, torch.Tensor):
+        return None
+    return tensor.detach().cpu().clone()
+
+
+# ======================================================================================
+# Data shared by the ranks and the judge: everything derives from ``seed``
+# ======================================================================================
+def _rand(generator, *shape, scale=1.0):
+    return torch.randn(*shape, generator=generator, dtype=DTYPE) * scale
+
+
+def _master(seed: int) -> dict[str, torch.Tensor]:
+    """Master tensors of one dense transformer layer, named as the student modules expect."""
+    g = torch.Generator().manual_seed(seed)
+    m = {}
+    for name in ("q", "k", "v", "out"):
+        m[f"attention.{name}.weight"] = _rand(g, H, H, scale=H ** -0.5)
+        m[f"attention.{name}.bias"] = _rand(g, H, scale=0.1)
+    m["mlp.fc1.weight"], m["mlp.fc1.bias"] = _rand(g, FFN, H, scale=H ** -0.5), _rand(g, FFN, scale=0.1)
+    m["mlp.fc2.weight"], m["mlp.fc2.bias"] = _rand(g, H, FFN, scale=FFN ** -0.5), _rand(g, H, scale=0.1)
+    for ln in ("ln1", "ln2"):
+        m[f"{ln}.weight"], m[f"{ln}.bias"] = 1 + _rand(g, H, scale=0.2), _rand(g, H, scale=0.2)
+    return m
+
+
+def _sub(master: dict, prefix: str) -> dict:
+    return {k[len(prefix) + 1:]: v for k, v in master.items() if k.startswith(prefix + ".")}
+
+
+def _activations(seed: int, t: int) -> dict[str, torch.Tensor]:
+    """Inputs and upstream gradients; ``*_r`` entries are per rank (a list of t tensors)."""
+    g = torch.Generator().manual_seed(seed + 1000 * t)
+    return {
+        "x": _rand(g, S, B, H), "grad": _rand(g, S, B, H),
+        "x_r": [_rand(g, S, B, H) for _ in range(t)], "grad_r": [_rand(g, S, B, H) for _ in range(t)],
+    }
+
+
+def _column_block(tensor: torch.Tensor, rank: int, t: int) -> torch.Tensor:
+    """Rank's block of the LAST dimension."""
+    return tensor.chunk(t, dim=-1)[rank]
+
+
+def _row_block(tensor: torch.Tensor, rank: int, t: int) -> torch.Tensor:
+    """Rank's block of the FIRST dimension."""
+    return tensor.chunk(t, dim=0)[rank]
+
+
+# ======================================================================================
+# Judging helpers
+# ======================================================================================
+def _close(actual, expected) -> bool:
+    d = max_difference(actual, expected)
+    return d is not None and d <= TOL * (1 + expected.abs().max().item())
+
+
+def _expect(what: str, actual, expected, reference: str = "the dense single-process result") -> None:
+    if actual is None:
+        raise Fail(f"{what}: no value (None); expected a tensor of shape {tuple(expected.shape)}")
+    expect_tensor(actual, what)
+    d = max_difference(actual, expected)
+    if d is None:
+        raise Fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}")
+    if not _close(actual, expected):
+        raise Fail(f"{what}: differs from {reference} by {d:.3g} (max abs; tolerance {TOL:g} in "
+                   "float64)")
+
+
+def _describe(log: list[dict]) -> str:
+    if not log:
+        return "no collective"
+    return ", ".join(f"{c['kind']}{'(' + c['op'] + ')' if c['op'] and c['op'] != 'SUM' else ''}"
+                     f" of {c['numel']} {c['dtype']}" for c in log)
+
+
+def _phase_log(log: list[dict], phase: str) -> list[dict]:
+    return [c for c in log if c["phase"] == phase]
+
+
+def _expect_collectives(what: str, log: list[dict], phase: str, expected: list[tuple[str, int]],
+                        why: str) -> None:
+    """The collectives of ``phase`` must be exactly ``expected`` [(kind, numel)], in order."""
+    got = _phase_log(log, phase)
+    if [(c["kind"], c["numel"]) for c in got] != expected:
+        step = phase.rsplit(".", 1)[-1]
+        want = (f"must communicate exactly {', '.join(f'{k} of {n}' for k, n in expected)}"
+                if expected else "must not communicate")
+        raise Fail(f"{what}: the {step} {want} ({why}); recorded {_describe(got)}")
+
+
+def _grads(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: _out(p.grad) for name, p in module.named_parameters()}
+
+
+def _values(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: _out(p) for name, p in module.named_parameters()}
+
+
+def _raised(build) -> str:
+    """Name of the exception ``build()`` raised, or ``"no exception"``."""
+    try:
+        build()
+    except Exception as error:  # reported by name; the judge says what was expected
+        return type(error).__name__
+    return "no exception"
+
+
+def _expect_value_error(what: str, raised: str) -> None:
+    if raised != "ValueError":
+        raise Fail(f"{what} must raise ValueError; got {raised}")
+
+
+# ======================================================================================
+# 3.1 f and g, both directions
+# ======================================================================================
+def _rank_fg(rank, t, seed, params):
+    import minitorch.tensor_parallel as tp
+
+    _start_rank()
+    data = _activations(seed, t)
+    result = {}
+    for name, op, x, grad in (
+        ("f", tp.copy_to_tensor_model_parallel_region, data["x"], data["grad_r"][rank]),
+        ("g", tp.reduce_from_tensor_model_parallel_region, data["x_r"][rank], data["grad_r"][rank]),
+    ):
+        x = x.clone().requires_grad_()
+        with _Phase(f"{name}.forward"):
+            y = op(x)
+        with _Phase(f"{name}.backward"):
+            _backward(y, grad)
+        result[name] = {"out": _out(y), "grad": _out(x.grad)}
+    result["log"] = list(_LOG)
+    return result
+
+
+def observe_fg(seed: int, params: dict):
+    """Launches t = 2, 4 gloo ranks that run f and g forward and backward, recording outputs, gradients and collectives."""
+    return _launch(_rank_fg, seed, params)
+
+
+def judge_fg(seed: int, params: dict, observation) -> None:
+    for t in params.get("world_sizes", WORLD_SIZES):
+        data, ranks = _activations(seed, t), observation[f"t{t}"]
+        grad_sum, x_sum = sum(data["grad_r"]), sum(data["x_r"])
+        for r, o in enumerate(ranks):
+            f, g = o["f"], o["g"]
+            if not _close(f["out"], data["x"]):
+                _expect(f"t={t}: forward of f (copy_to_tensor_model_parallel_region) must be the "
+                        f"identity: rank {r} output", f["out"], data["x"])
+            if _close(f["grad"], data["grad_r"][r]):
+                raise Fail(f"t={t}: backward of f must all-reduce the gradient: rank {r} input grad "
+                           "is a partial sum (it equals that rank's own output grad)")
+            _expect(f"t={t}: backward of f must all-reduce (sum) the gradient; rank {r} input grad",
+                    f["grad"], grad_sum)
+            if _close(g["out"], data["x_r"][r]):
+                raise Fail(f"t={t}: forward of g (reduce_from_tensor_model_parallel_region) must "
+                           f"all-reduce: rank {r} output is only its own partial sum")
+            _expect(f"t={t}: forward of g must sum the ranks' inputs; rank {r} output", g["out"], x_sum)
+            if _close(g["grad"], grad_sum):
+                raise Fail(f"t={t}: backward of g must be the identity: rank {r} input grad is the "
+                           "sum of all ranks' output grads (all-reduced again)")
+            _expect(f"t={t}: backward of g must be the identity; rank {r} input grad",
+                    g["grad"], data["grad_r"][r])
+            log = o["log"]
+            _expect_collectives(f"t={t}, rank {r}, f", log, "f.forward", [], "f's forward is the identity")
+            _expect_collectives(f"t={t}, rank {r}, f", log, "f.backward", [("all_reduce", N)],
+                                "f's backward sums the gradient")
+            _expect_collectives(f"t={t}, rank {r}, g", log, "g.forward", [("all_reduce", N)],
+                                "g's forward sums the partial results")
+            _expect_collectives(f"t={t}, rank {r}, g", log, "g.backward", [], "g's backward is the identity")
+
+
+# ======================================================================================
+# 3.1 scatter / gather (last dimension) and the sequence-parallel ops (first dimension)
+# ======================================================================================
+_SCATTER_GATHER_OPS = (
+    # name, input is per rank (else replicated), upstream grad is per rank, forward may communicate
+    ("scatter_to_tensor_model_parallel_region", False, True, False),
+    ("gather_from_tensor_model_parallel_region", True, False, True),
+    ("scatter_to_sequence_parallel_region", False, True, False),
+    ("gather_from_sequence_parallel_region", True, True, True),
+    ("reduce_scatter_to_sequence_parallel_region", True, True, True),
+)
+
+
+def _scatter_gather_inputs(name: str, data: dict, rank: int, t: int):
+    """(input of rank, upstream grad of rank) for op ``name``, from [s, b, h] data."""
+    x, xr, grad, gr = data["x"], data["x_r"][rank], data["grad"], data["grad_r"][rank]
+    return {
+        "scatter_to_tensor_model_parallel_region": (x, _column_block(gr, rank, t)),
+        "gather_from_tensor_model_parallel_region": (_column_block(xr, rank, t), grad),
+        "scatter_to_sequence_parallel_region": (x, _row_block(gr, rank, t)),
+        "gather_from_sequence_parallel_region": (_row_block(xr, rank, t), gr),
+        "reduce_scatter_to_sequence_parallel_region": (xr, _row_block(gr, rank, t)),
+    }[name]
+
+
+def _scatter_gather_expected(name: str, data: dict, rank: int, t: int):
+    """(expected output, expected input grad) of rank for op ``name``."""
+    x, grad = data["x"], data["grad"]
+    xs, gs = data["x_r"], data["grad_r"]
+    if name == "scatter_to_tensor_model_parallel_region":
+        return _column_block(x, rank, t), torch.cat([_column_block(gs[r], r, t) for r in range(t)], -1)
+    if name == "gather_from_tensor_model_parallel_region":
+        return torch.cat([_column_block(xs[r], r, t) for r in range(t)], -1), _column_block(grad, rank, t)
+    if name == "scatter_to_sequence_parallel_region":
+        return _row_block(x, rank, t), torch.cat([_row_block(gs[r], r, t) for r in range(t)])
+    if name == "gather_from_sequence_parallel_region":
+        return torch.cat([_row_block(xs[r], r, t) for r in range(t)]), _row_block(sum(gs), rank, t)
+    return _row_block(sum(xs), rank, t), torch.cat([_row_block(gs[r], r, t) for r in range(t)])
+
+
+def _rank_scatter_gather(rank, t, seed, params):
+    import minitorch.tensor_parallel as tp
+
+    _start_rank()
+    data = _activations(seed, t)
+    result = {}
+    for name, *_ in _SCATTER_GATHER_OPS:
+        x, grad = _scatter_gather_inputs(name, data, rank, t)
+        x = x.clone().requires_grad_()
+        with _Phase(f"{name}.forward"):
+            y = getattr(tp, name)(x)
+        with _Phase(f"{name}.backward"):
+            _backward(y, grad)
+        result[name] = {"out": _out(y), "grad": _out(x.grad)}
+    result["log"] = list(_LOG)
+    return result
+
+
+def observe_scatter_gather(seed: int, params: dict):
+    """Launches ranks that run the scatter/gather region ops, recording outputs, gradients and collectives."""
+    return _launch(_rank_scatter_gather, seed, params)
+
+
+def judge_scatter_gather(seed: int, params: dict, observation) -> None:
+    for t in params.get("world_sizes", WORLD_SIZES):
+        data, ranks = _activations(seed, t), observation[f"t{t}"]
+        for r, o in enumerate(ranks):
+            for name, _, _, forward_communicates in _SCATTER_GATHER_OPS:
+                out, grad = _scatter_gather_expected(name, data, r, t)
+                _expect(f"t={t}: forward of {name}, rank {r} output", o[name]["out"], out)
+                _expect(f"t={t}: backward of {name}, rank {r} input grad", o[name]["grad"], grad)
+                if not forward_communicates:
+                    _expect_collectives(f"t={t}, rank {r}, {name}", o["log"], f"{name}.forward", [],
+                                        "every rank already holds the whole tensor; keep your block")
+
+
+# ======================================================================================
+# 3.2 column- and row-parallel linear layers
+# ======================================================================================
+IN, OUT = 12, 16  # the linear layers' sizes; 16 and 12 are divisible by 2 and 4
+
+
+def _linear_master(seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed + 7)
+    return {"weight": _rand(g, OUT, IN, scale=IN ** -0.5), "bias": _rand(g, OUT),
+            "x": _rand(g, S, B, IN), "grad": _rand(g, S, B, OUT),
+            "row.weight": _rand(g, OUT, IN, scale=IN ** -0.5), "row.bias": _rand(g, OUT)}
+
+
+def _rank_column_row(rank, t, seed, params):
+    import minitorch.tensor_parallel as tp
+
+    _start_rank()
+    m = _linear_master(seed)
+    column_master = {"weight": m["weight"], "bias": m["bias"]}
+    row_master = {"weight": m["row.weight"], "bias": m["row.bias"]}
+    result = {}
+    for name, build, x, grad in (
+        ("column", lambda: tp.ColumnParallelLinear(IN, OUT, master=column_master),
+         m["x"], _column_block(m["grad"], rank, t)),
+        ("column_gather", lambda: tp.ColumnParallelLinear(IN, OUT, gather_output=True, master=column_master),
+         m["x"], m["grad"]),
+        ("row", lambda: tp.RowParallelLinear(IN, OUT, master=row_master),
+         _column_block(m["x"], rank, t), m["grad"]),
+        ("row_scatter", lambda: tp.RowParallelLinear(IN, OUT, input_is_parallel=False, master=row_master),
+         m["x"], m["grad"]),
+    ):
+        layer = build()
+        x = x.clone().requires_grad_()
+        with _Phase(f"{name}.forward"):
+            y = layer(x)
+        with _Phase(f"{name}.backward"):
+            _backward(y, grad)
+        result[name] = {"out": _out(y), "grad": _out(x.grad), "params": _values(layer),
+                        "param_grads": _grads(layer)}
+    odd = t * 2 + 1
+    result["column_error"] = _raised(lambda: tp.ColumnParallelLinear(IN, odd, master=None))
+    result["row_error"] = _raised(lambda: tp.RowParallelLinear(odd, OUT, master=None))
+    result["log"] = list(_LOG)
+    return result
+
+
+def _dense_linear(weight, bias, x, grad):
+    """``nn.Linear`` forward + backward: (y, dx, dweight, dbias)."""
+    weight, bias, x = (v.clone().requires_grad_() for v in (weight, bias, x))
+    y = F.linear(x, weight, bias)
+    _backward(y, grad)
+    return y.detach(), x.grad, weight.grad, bias.grad
+
+
+def observe_column_row(seed: int, params: dict):
+    """Launches ranks that build column- and row-parallel linear layers from the grader's weights and run them."""
+    return _launch(_rank_column_row, seed, params)
+
+
+def judge_column_row(seed: int, params: dict, observation) -> None:
+    m = _linear_master(seed)
+    column_y, dx, dw, db = _dense_linear(m["weight"], m["bias"], m["x"], m["grad"])
+    row_y, row_dx, row_dw, row_db = _dense_linear(m["row.weight"], m["row.bias"], m["x"], m["grad"])
+    for t in params.get("world_sizes", WORLD_SIZES):
+        for r, o in enumerate(observation[f"t{t}"]):
+            where = f"t={t}, rank {r}"
+            rows = f"rows {r * OUT // t}:{(r + 1) * OUT // t}"
+            for name in ("column", "column_gather"):
+                c = o[name]
+                _expect(f"{where}: ColumnParallelLinear weight must be {rows} of the master weight",
+                        c["params"].get("weight"), _row_block(m["weight"], r, t), SHARD)
+                _expect(f"{where}: ColumnParallelLinear bias must be entries {rows[5:]} of the master "
+                        "bias", c["params"].get("bias"), _row_block(m["bias"], r, t), SHARD)
+                expected_y = column_y if name == "column_gather" else _column_block(column_y, r, t)
+                _expect(f"{where}: ColumnParallelLinear(gather_output={name == 'column_gather'}) output",
+                        c["out"], expected_y)
+                _expect(f"{where}: ColumnParallelLinear input grad (f must sum it over ranks)",
+                        c["grad"], dx)
+                _expect(f"{where}: ColumnParallelLinear weight grad", c["param_grads"].get("weight"),
+                        _row_block(dw, r, t))
+                _expect(f"{where}: ColumnParallelLinear bias grad", c["param_grads"].get("bias"),
+                        _row_block(db, r, t))
+            columns = f"columns {r * IN // t}:{(r + 1) * IN // t}"
+            for name in ("row", "row_scatter"):
+                c = o[name]
+                _expect(f"{where}: RowParallelLinear weight must be {columns} of the master weight",
+                        c["params"].get("weight"), _column_block(m["row.weight"], r, t), SHARD)
+                _expect(f"{where}: RowParallelLinear bias must be the whole master bias (added once)",
+                        c["params"].get("bias"), m["row.bias"], SHARD)
+                if _close(c["out"], row_y + (t - 1) * m["row.bias"]):
+                    raise Fail(f"{where}: RowParallelLinear adds the bias on every rank before the "
+                               f"all-reduce, so the output has it {t} times; add it once, after the "
+                               "reduction")
+                _expect(f"{where}: RowParallelLinear(input_is_parallel={name == 'row'}) output",
+                        c["out"], row_y)
+                _expect(f"{where}: RowParallelLinear input grad", c["grad"],
+                        _column_block(row_dx, r, t) if name == "row" else row_dx)
+                _expect(f"{where}: RowParallelLinear weight grad", c["param_grads"].get("weight"),
+                        _column_block(row_dw, r, t))
+                _expect(f"{where}: RowParallelLinear bias grad", c["param_grads"].get("bias"), row_db)
+            _expect_value_error(f"t={t}: ColumnParallelLinear({IN}, {2 * t + 1}) (out_features not "
+                                f"divisible by {t})", o["column_error"])
+            _expect_value_error(f"t={t}: RowParallelLinear({2 * t + 1}, {OUT}) (in_features not "
+                                f"divisible by {t})", o["row_error"])
+            _expect_collectives(f"{where}, ColumnParallelLinear", o["log"], "column.forward", [],
+                                "the input is replicated and each rank keeps its own output block")
+            _expect_collectives(f"{where}, RowParallelLinear", o["log"], "row.forward",
+                                [("all_reduce", S * B * OUT)], "g sums the partial products")
+
+
+# ======================================================================================
+# 3.3 MLP, attention, layer: dense references
+# ======================================================================================
+class _DenseLayer(nn.Module):
+    """Plain single-process Pre-LN layer with the master tensors (names match the master)."""
+
+    def __init__(self, master: dict):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(H, dtype=DTYPE), nn.LayerNorm(H, dtype=DTYPE)
+        self.attention = nn.MultiheadAttention(H, HEADS, dtype=DTYPE)  # [s, b, h] in and out
+        self.fc1, self.fc2 = nn.Linear(H, FFN, dtype=DTYPE), nn.Linear(FFN, H, dtype=DTYPE)
+        a = _sub(master, "attention")
+        with torch.no_grad():
+            self.attention.in_proj_weight.copy_(torch.cat([a["q.weight"], a["k.weight"], a["v.weight"]]))
+            self.attention.in_proj_bias.copy_(torch.cat([a["q.bias"], a["k.bias"], a["v.bias"]]))
+            self.attention.out_proj.weight.copy_(a["out.weight"])
+            self.attention.out_proj.bias.copy_(a["out.bias"])
+            for module, name in ((self.ln1, "ln1"), (self.ln2, "ln2"), (self.fc1, "mlp.fc1"),
+                                 (self.fc2, "mlp.fc2")):
+                module.weight.copy_(master[f"{name}.weight"])
+                module.bias.copy_(master[f"{name}.bias"])
+
+    def mlp(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+    def attend(self, x):
+        mask = torch.ones(x.shape[0], x.shape[0], dtype=torch.bool).triu(1)  # causal
+        return self.attention(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+    def forward(self, x):
+        x = x + self.attend(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+    def expected_grads(self, t: int, rank: int) -> dict[str, torch.Tensor]:
+        """Rank's expected gradients, named like the student's parameters (parts that ran)."""
+        grads = {}
+        if self.ln1.weight.grad is not None:
+            for ln in ("ln1", "ln2"):
+                grads[f"{ln}.weight"] = getattr(self, ln).weight.grad
+                grads[f"{ln}.bias"] = getattr(self, ln).bias.grad
+        a = self.attention
+        if a.in_proj_weight.grad is not None:
+            qkv_weight, qkv_bias = a.in_proj_weight.grad.chunk(3), a.in_proj_bias.grad.chunk(3)
+            # the fused QKV shard of rank r is cat([q_r, k_r, v_r]): whole heads
+            grads["attention.qkv.weight"] = torch.cat([_row_block(w, rank, t) for w in qkv_weight])
+            grads["attention.qkv.bias"] = torch.cat([_row_block(b_, rank, t) for b_ in qkv_bias])
+            grads["attention.out.weight"] = _column_block(a.out_proj.weight.grad, rank, t)
+            grads["attention.out.bias"] = a.out_proj.bias.grad
+        if self.fc1.weight.grad is not None:
+            grads["mlp.fc1.weight"] = _row_block(self.fc1.weight.grad, rank, t)
+            grads["mlp.fc1.bias"] = _row_block(self.fc1.bias.grad, rank, t)
+            grads["mlp.fc2.weight"] = _column_block(self.fc2.weight.grad, rank, t)
+            grads["mlp.fc2.bias"] = self.fc2.bias.grad
+        return grads
+
+
+def _dense_run(seed: int, t: int, part: str):
+    """Dense forward + backward of ``part`` ("mlp", "attention", "layer"): (y, dx, dense)."""
+    dense = _DenseLayer(_master(seed))
+    data = _activations(seed, t)
+    x = data["x"].clone().requires_grad_()
+    y = {"mlp": dense.mlp, "attention": dense.attend, "layer": dense}[part](x)
+    _backward(y, data["grad"])
+    return y.detach(), x.grad, dense
+
+
+def _rank_block(rank, t, seed, params):
+    """Run the student's ``params["part"]`` on replicated input (or sequence blocks with SP)."""
+    import minitorch.tensor_parallel as tp
+
+    _start_rank()
+    part, sp = params["part"], params.get("sequence_parallel", False)
+    master, data = _master(seed), _activations(seed, t)
+    build = {
+        "mlp": lambda: tp.ParallelMLP(H, FFN, master=_sub(master, "mlp")),
+        "attention": lambda: tp.ParallelSelfAttention(H, HEADS, master=_sub(master, "attention")),
+        "layer": lambda: tp.ParallelTransformerLayer(H, HEADS, FFN, sequence_parallel=sp, master=master),
+    }[part]
+    module = build()
+    x, grad = data["x"], data["grad"]
+    if sp:
+        x, grad = _row_block(x, rank, t), _row_block(grad, rank, t)
+    x = x.clone().requires_grad_()
+    with _Phase("forward"):
+        y = module(x)
+    with _Phase("backward"):
+        _backward(y, grad)
+    result = {"out": _out(y), "grad": _out(x.grad), "param_grads": _grads(module), "log": list(_LOG)}
+    if part == "attention":
+        heads = t + 1
+        result["heads_error"] = _raised(lambda: tp.ParallelSelfAttention(2 * heads, heads))
+    return result
+
+
+def _judge_block(seed: int, params: dict, observation, what: str, prefix: str) -> None:
+    part = params["part"]
+    for t in params.get("world_sizes", WORLD_SIZES):
+        y, dx, dense = _dense_run(seed, t, part)
+        for r, o in enumerate(observation[f"t{t}"]):
+            expected_grads = {k[len(prefix):]: v for k, v in dense.expected_grads(t, r).items()
+                              if k.startswith(prefix)}
+            where = f"t={t}, rank {r}: {what}"
+            _expect(f"{where} output", o["out"], y)
+            _expect(f"{where} input grad", o["grad"], dx)
+            missing = sorted(set(expected_grads) - set(o["param_grads"]))
+            if missing:
+                raise Fail(f"{where} has no parameter(s) {missing}; keep the given __init__ "
+                           f"(parameters: {sorted(o['param_grads'])})")
+            for name, expected in expected_grads.items():
+                _expect(f"{where} gradient of {name}", o["param_grads"][name], expected)
+
+
+# ======================================================================================
+# 3.3 MLP
+# ======================================================================================
+def observe_mlp(seed: int, params: dict):
+    """Launches ranks that run the student's parallel MLP block on the grader's weights and inputs."""
+    return _launch(_rank_block, seed, {**params, "part": "mlp"})
+
+
+def judge_mlp(seed: int, params: dict, observation) -> None:
+    params = {**params, "part": "mlp"}
+    dense = _DenseLayer(_master(seed))
+    for t in params.get("world_sizes", WORLD_SIZES):
+        x = _activations(seed, t)["x"]
+        with torch.no_grad():
+            gelu_last = F.gelu(dense.fc2(dense.fc1(x)))
+        for r, o in enumerate(observation[f"t{t}"]):
+            if _close(o["out"], gelu_last):
+                raise Fail(f"t={t}, rank {r}: ParallelMLP applies GeLU to the summed output of fc2; "
+                           "GeLU belongs between the layers, on each rank's own block of fc1's output "
+                           "(no communication needed there)")
+    _judge_block(seed, params, observation, "ParallelMLP", "mlp.")
+    for t in params.get("world_sizes", WORLD_SIZES):
+        for r, o in enumerate(observation[f"t{t}"]):
+            _expect_collectives(f"t={t}, rank {r}: ParallelMLP", o["log"], "forward", [("all_reduce", N)],
+                                "column then row: only the row-parallel output is summed")
+            _expect_collectives(f"t={t}, rank {r}: ParallelMLP", o["log"], "backward", [("all_reduce", N)],
+                                "f sums the input gradient")
+
+
+# ======================================================================================
+# 3.3 attention
+# ======================================================================================
+def observe_attention(seed: int, params: dict):
+    """Launches ranks that run the student's parallel attention block on the grader's weights and inputs."""
+    return _launch(_rank_block, seed, {**params, "part": "attention"})
+
+
+def judge_attention(seed: int, params: dict, observation) -> None:
+    params = {**params, "part": "attention"}
+    _judge_block(seed, params, observation, "ParallelSelfAttention (causal)", "attention.")
+    for t in params.get("world_sizes", WORLD_SIZES):
+        for r, o in enumerate(observation[f"t{t}"]):
+            _expect_value_error(f"t={t}: ParallelSelfAttention({2 * (t + 1)}, num_heads={t + 1}) "
+                                f"(heads not divisible by {t})", o["heads_error"])
+            where = f"t={t}, rank {r}: ParallelSelfAttention"
+            _expect_collectives(where, o["log"], "forward", [("all_reduce", N)],
+                                "each rank's heads go through the row-parallel output projection")
+            _expect_collectives(where, o["log"], "backward", [("all_reduce", N)],
+                                "f sums the input gradient of the QKV projection")
+
+
+# ======================================================================================
+# 3.3 transformer layer
+# ======================================================================================
+def observe_layer(seed: int, params: dict):
+    """Launches ranks that run the student's parallel transformer layer on the grader's weights and inputs."""
+    return _launch(_rank_block, seed, {**params, "part": "layer"})
+
+
+def judge_layer(seed: int, params: dict, observation) -> None:
+    params = {**params, "part": "layer"}
+    _judge_block(seed, params, observation, "ParallelTransformerLayer", "")
+    for t in params.get("world_sizes", WORLD_SIZES):
+        for r, o in enumerate(observation[f"t{t}"]):
+            where = f"t={t}, rank {r}: ParallelTransformerLayer"
+            _expect_collectives(where, o["log"], "forward", [("all_reduce", N)] * 2,
+                                "g after attention and after the MLP")
+            _expect_collectives(where, o["log"], "backward", [("all_reduce", N)] * 2,
+                                "f before the MLP and before attention")
+
+
+# ======================================================================================
+# 3.4 vocabulary-parallel embedding
+# ======================================================================================
+def _vocab_data(seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed + 11)
+    ids = torch.randint(0, VOCAB, (S, B), generator=g)
+    ids[0, 0], ids[-1, -1] = 0, VOCAB - 1  # both ends of the vocabulary
+    logits = _rand(g, S, B, VOCAB, scale=3.0)
+    logits[1, 0] += 800.0  # exp() overflows without subtracting the max
+    return {"table": _rand(g, VOCAB, H), "ids": ids, "grad": _rand(g, S, B, H),
+            "logits": logits, "loss_grad": _rand(g, S, B)}
+
+
+def _rank_embedding(rank, t, seed, params):
+    import minitorch.tensor_parallel as tp
+
+    _start_rank()
+    d = _vocab_data(seed)
+    embedding = tp.VocabParallelEmbedding(VOCAB, H, master={"weight": d["table"]})
+    with _Phase("forward"):
+        y = embedding(d["ids"])
+    with _Phase("backward"):
+        _backward(y, d["grad"])
+    return {"out": _out(y), "weight": _out(embedding.weight), "weight_grad": _out(embedding.weight.grad),
+            "log": list(_LOG)}
+
+
+def observe_embedding(seed: int, params: dict):
+    """Launches ranks that run the vocab-parallel embedding on token ids spanning every rank's range."""
+    return _launch(_rank_embedding, seed, params)
+
+
+def judge_embedding(seed: int, params: dict, observation) -> None:
+    d = _vocab_data(seed)
+    table = d["table"].clone().requires_grad_()
+    y = F.embedding(d["ids"], table)
+    _backward(y, d["grad"])
+    for t in params.get("world_sizes", WORLD_SIZES):
+        for r, o in enumerate(observation[f"t{t}"]):
+            where = f"t={t}, rank {r}: VocabParallelEmbedding"
+            _expect(f"{where} weight must be rows {r * VOCAB // t}:{(r + 1) * VOCAB // t} of the master "
+                    "table", o["weight"], _row_block(d["table"], r, t), SHARD)
+            if not _close(o["out"], y.detach()):
+                _expect(f"{where} output (ids outside a rank's vocabulary range must contribute "
+                        "zeros before the all-reduce)", o["out"], y.detach())
+            _expect(f"{where} weight grad", o["weight_grad"], _row_block(table.grad, r, t))
+            _expect_collectives(where, o["log"], "forward", [("all_reduce", N)],
+                                "sum the ranks' masked lookups")
+            _expect_collectives(where, o["log"], "backward", [], "each rank's rows get their own gradient")
+
+
+# ======================================================================================
+# 3.4 fused vocabulary-parallel cross-entropy
+# ======================================================================================
+TOKENS = S * B
+
+
+def _rank_fused_loss(rank, t, seed, params):
+    import minitorch.tensor_parallel as tp
+
+    _start_rank()
+    d = _vocab_data(seed)
+    logits = _column_block(d["logits"], rank, t).clone().requires_grad_()
+    with _Phase("forward"):
+        loss = tp.vocab_parallel_cross_entropy(logits, d["ids"])
+    with _Phase("backward"):
+        _backward(loss, d["loss_grad"])
+    return {"loss": _out(loss), "grad": _out(logits.grad), "log": list(_LOG)}
+
+
+def observe_fused_loss(seed: int, params: dict):
+    """Launches ranks that run the vocab-parallel fused cross-entropy, recording losses, gradients and collectives."""
+    return _launch(_rank_fused_loss, seed, params)
+
+
+def judge_fused_loss(seed: int, params: dict, observation) -> None:
+    d = _vocab_data(seed)
+    logits = d["logits"].clone().requires_grad_()
+    loss = F.cross_entropy(logits.reshape(-1, VOCAB), d["ids"].reshape(-1), reduction="none").view(S, B)
+    _backward(loss, d["loss_grad"])
+    for t in params.get("world_sizes", WORLD_SIZES):
+        for r, o in enumerate(observation[f"t{t}"]):
+            where = f"t={t}, rank {r}: vocab_parallel_cross_entropy"
+            forward = _phase_log(o["log"], "forward")
+            big = [c for c in forward if c["kind"] != "all_reduce" or c["numel"] > TOKENS]
+            if big:
+                raise Fail(f"{where} must not gather the logits (or any tensor larger than one "
+                           f"scalar per token, {TOKENS} elements): recorded {_describe(big)}; "
+                           "all-reduce the max, the sum of exponentials and the target logit instead")
+            _expect(f"{where} per-token loss (like F.cross_entropy(reduction='none'))", o["loss"],
+                    loss.detach())
+            _expect(f"{where} gradient of this rank's logits", o["grad"], _column_block(logits.grad, r, t))
+            if len(forward) > 4:
+                raise Fail(f"{where}: the forward should need about 3 all-reduces of {TOKENS} scalars "
+                           f"(max, sum of exponentials, target logit); recorded {_describe(forward)}")
+            _expect_collectives(where, o["log"], "backward", [],
+                                "the gradient softmax - onehot is computed from saved local values")
+
+
+# ======================================================================================
+# 3.5 sequence parallelism
+# ======================================================================================
+_VOLUME = {"all_reduce": lambda t: 2 * (t - 1) / t, "all_gather": lambda t: (t - 1) / t,
+           "reduce_scatter": lambda t: (t - 1) / t, "all_to_all": lambda t: (t - 1) / t}
+
+
+def _expect_volume(what: str, t: int, log: list[dict], expected: float, why: str) -> None:
+    """Elements one rank moves over the recorded collectives (ring algorithms) == expected."""
+    unknown = [c for c in log if c["kind"] not in _VOLUME]
+    moved = sum(_VOLUME[c["kind"]](t) * c["numel"] for c in log if c["kind"] in _VOLUME)
+    if unknown or abs(moved - expected) > 1e-9 * expected:
+        raise Fail(f"{what} must move {expected:g} elements per rank ({why}); recorded "
+                   f"{_describe(log)}, which moves {moved:g}" +
+                   (f" plus {_describe(unknown)}" if unknown else ""))
+
+
+def observe_sequence_parallel(seed: int, params: dict):
+    """Launches ranks that run the sequence-parallel layer, recording outputs, gradients and collective volumes."""
+    return _launch(_rank_block, seed, {**params, "part": "layer", "sequence_parallel": True})
+
+
+def judge_sequence_parallel(seed: int, params: dict, observation) -> None:
+    for t in params.get("world_sizes", WORLD_SIZES):
+        y, dx, dense = _dense_run(seed, t, "layer")
+        ranks, partial = observation[f"t{t}"], _partial_grads(seed, t)
+        what = "ParallelTransformerLayer(sequence_parallel=True)"
+        for r, o in enumerate(ranks):
+            where = f"t={t}, rank {r}: {what}"
+            _expect(f"{where} output (rank r keeps block r of the sequence, [s/t, b, h])", o["out"],
+                    _row_block(y, r, t))
+            _expect(f"{where} input grad", o["grad"], _row_block(dx, r, t))
+            expected = dense.expected_grads(t, r)
+            for name, blocks in partial.items():
+                if _close(o["param_grads"].get(name), blocks[r]):
+                    raise Fail(f"{where}: the gradient of {name} is a partial sum over this rank's "
+                               "block of the sequence; a replicated parameter applied to one block "
+                               "(LayerNorm weight and bias, row-parallel bias) needs its gradient "
+                               "summed over ranks")
+            missing = sorted(set(expected) - set(o["param_grads"]))
+            if missing:
+                raise Fail(f"{where} has no parameter(s) {missing}; keep the given __init__")
+            for name, value in expected.items():
+                _expect(f"{where} gradient of {name}", o["param_grads"][name], value)
+            # activation-sized collectives; the LayerNorm gradient sums ([h] each) are apart
+            activations = [c for c in o["log"] if c["phase"] in ("forward", "backward")
+                           and c["numel"] > 4 * H]
+            all_reduces = [c for c in activations if c["kind"] == "all_reduce"]
+            if all_reduces:
+                raise Fail(f"{where}: sequence parallelism replaces each all-reduce of activations "
+                           f"by a reduce-scatter and an all-gather; recorded {_describe(all_reduces)} "
+                           f"in the {all_reduces[0]['phase']}")
+            _expect_volume(where, t, activations, 4 * 2 * (t - 1) / t * N,
+                           "the same as the 4 all-reduces of plain tensor parallelism")
+
+
+def _partial_grads(seed: int, t: int) -> dict[str, list[torch.Tensor]]:
+    """What each rank's gradients of the replicated parameters (LayerNorms, row-parallel
+    biases) are WITHOUT the sum over ranks: the contribution of its own block of the
+    sequence, ``{name: [rank 0's, rank 1's, ...]}``."""
+    dense, data = _DenseLayer(_master(seed)), _activations(seed, t)
+    x = data["x"]
+    ln1 = dense.ln1(x)
+    attention = dense.attend(ln1)
+    hidden = x + attention
+    ln2 = dense.ln2(hidden)
+    mlp = dense.mlp(ln2)
+    grads = torch.autograd.grad(((hidden + mlp) * data["grad"]).sum(), (ln1, attention, ln2, mlp))
+    g_ln1, g_attention, g_ln2, g_mlp = (g.detach() for g in grads)
+    normalized = {"ln1": F.layer_norm(x, (H,)).detach(), "ln2": F.layer_norm(hidden, (H,)).detach()}
+    partial = {name: [] for name in ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias",
+                                     "attention.out.bias", "mlp.fc2.bias")}
+    for r in range(t):
+        block = slice(r * S // t, (r + 1) * S // t)
+        for ln, grad in (("ln1", g_ln1), ("ln2", g_ln2)):
+            partial[f"{ln}.weight"].append((grad[block] * normalized[ln][block]).sum(dim=(0, 1)))
+            partial[f"{ln}.bias"].append(grad[block].sum(dim=(0, 1)))
+        partial["attention.out.bias"].append(g_attention[block].sum(dim=(0, 1)))
+        partial["mlp.fc2.bias"].append(g_mlp[block].sum(dim=(0, 1)))
+    return partial

@@ -1,0 +1,32 @@
+"""The course layout, in one place: which files students write, which are provided, where
+the repository and the default rubric are, and how concurrent graders are told apart.
+
+Standard library only: the batch runner and the Gradescope entry point import it without
+importing torch.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+PACKAGE = "minitorch"
+PROVIDED_FOLDER = REPOSITORY / PACKAGE  # the provided modules, and the answer key's student files
+DEFAULT_RUBRIC = REPOSITORY / "grader" / "rubric.toml"
+
+STUDENT_FILES = ("pipeline.py", "tensor_parallel.py")
+# Which student file each homework problem (the part before the dot) is written in.
+FILE_OF_PROBLEM = {"2": "pipeline.py", "3": "tensor_parallel.py", "4": "pipeline.py"}
+SOLUTION_MARKER = "# BEGIN SOLUTION"
+
+# The environment variable that gives a grader process its uid slot: the children of slot k
+# run as the configured user's uid minus k, so concurrent graders never share a uid.
+UID_SLOT_VARIABLE = "GRADER_UID_SLOT"
+
+
+def provided_files(folder: Path = PROVIDED_FOLDER) -> list[Path]:
+    """The provided modules of ``folder``: every ``.py`` file that is not a student file."""
+    return sorted(p for p in folder.glob("*.py") if p.name not in STUDENT_FILES)
+
+
+def provided_names(folder: Path = PROVIDED_FOLDER) -> frozenset[str]:
+    return frozenset(p.name for p in provided_files(folder))

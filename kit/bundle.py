@@ -1,0 +1,64 @@
+"""Build the Gradescope autograder zip: ``python -m kit bundle [--out dist/autograder.zip]``.
+
+The zip holds, at its root, ``setup.sh`` and ``run_autograder`` (from ``kit/gradescope/``,
+LF line endings, executable), the tested pins (``requirements.txt``, ``constraints.txt``),
+the grading engine (:func:`engine_files`: a whitelist, never the kit builder, the tests or
+the grader's self-test check), and the PROVIDED files of ``minitorch/``. It never holds the
+answer key's student files. Gradescope unpacks it into ``/autograder/source``.
+"""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+from grader.cli import COMMANDS
+from grader.layout import DEFAULT_RUBRIC, REPOSITORY, provided_files
+from grader.rubric import load_rubric
+
+SCRIPTS = ("setup.sh", "run_autograder")
+PINS = ("requirements.txt", "constraints.txt")
+FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # same bytes for the same sources
+# What grading one submission imports, besides the command modules and the rubric's checks.
+ENGINE = (
+    "grader/__init__.py", "grader/__main__.py", "grader/child.py", "grader/gradescope_run.py",
+    "grader/grading.py", "grader/harness.py", "grader/layout.py", "grader/policy.py", "grader/processes.py",
+    "grader/protocol.py", "grader/report.py", "grader/rubric.py", "grader/submission.py",
+    "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/compare.py",
+    # what the batch and slurm command modules import (the command line imports every command)
+    "grader/canvas.py", "grader/discovery.py", "grader/gradebook.py", "grader/regrade.py", "grader/slots.py",
+)
+
+
+def engine_files() -> list[str]:
+    """The grader's files the bundle ships, relative to the repository."""
+    commands = {module.replace(".", "/") + ".py" for module, _ in COMMANDS.values()}
+    checks = {c.module.replace(".", "/") + ".py" for c in load_rubric(DEFAULT_RUBRIC).criteria}
+    rubric = DEFAULT_RUBRIC.relative_to(REPOSITORY).as_posix()
+    return sorted({*ENGINE, *commands, *checks, rubric})
+
+
+def bundle_files() -> dict[str, Path]:
+    """Archive name -> source path, for every file of the bundle."""
+    files = {name: REPOSITORY / "kit" / "gradescope" / name for name in SCRIPTS}
+    files.update({name: REPOSITORY / name for name in PINS})
+    files.update({name: REPOSITORY / name for name in engine_files()})
+    files.update({f"minitorch/{path.name}": path for path in provided_files()})
+    return files
+
+
+def build(out: Path) -> list[str]:
+    """Write the zip to ``out``; return the archive names."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    files = bundle_files()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, path in files.items():
+            info = zipfile.ZipInfo(name, FIXED_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            data = path.read_bytes()
+            if name in SCRIPTS:
+                data = data.replace(b"\r\n", b"\n")
+                info.external_attr = 0o100755 << 16
+            else:
+                info.external_attr = 0o100644 << 16
+            archive.writestr(info, data)
+    return list(files)

@@ -1,0 +1,357 @@
+"""Render the assignment write-up ``handout/README.md`` from ``writeup/`` and the rubric.
+
+The template ``writeup/README.md.in`` is Markdown with a few directives, each in ``{{ }}``:
+
+``{{include problem2.md}}``   the rendered text of another file in ``writeup/``
+``{{points_summary}}``        a table of points per problem, from ``grader/rubric.toml``
+``{{points_table 2}}``        the criteria of Problem 2 (2.1, 2.2, ...) with their points
+``{{points 2.2}}``            the points of one problem or sub-problem, inline
+``{{figure NAME ARGS}}``      a text figure computed at build time by ``FIGURES[NAME](*ARGS)``
+``{{svg SCHEDULE K M [k=v]}}``  a picture of a simulated schedule: the build writes it to
+                              ``figures/<name>.svg`` beside the README, and this becomes its link
+
+Schedule figures (``{{figure timeline 1f1b 4 8}}``, ``{{figure metrics gpipe 4 32 t_comm=0.2}}``,
+``{{svg interleaved 4 8 v=2}}``) take a schedule name of ``minitorch.timeline.GENERATORS``, K
+and M, then optional ``v=`` (chunks, interleaved only), ``t_b=``, ``t_w=``, ``t_comm=`` (F takes
+1 unit, B 2 by default). They are simulated by the provided ``minitorch.schedules``; 1F1B and
+interleaved 1F1B come from ``minitorch.pipeline``, i.e. the ANSWER KEY when the kit is built in
+the course repository. Where the build runs without a working answer key (its solutions stubbed
+or the file absent), figures that need it render a short note instead and the build prints a
+warning; the build does not fail, and the drift check then reports the changed README.
+
+Notes ``{# ... #}`` (starting a line, possibly spanning several) are for whoever edits the
+template and are dropped. The points come from the same rubric the grader uses, so the
+write-up never retypes a number.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from grader.protocol import format_points as _points
+from grader.rubric import HARDWARE, Criterion, RubricError, load_rubric
+
+T = TypeVar("T")
+_DIRECTIVE = re.compile(r"\{\{(.*?)\}\}")
+_NOTE = re.compile(r"^\{#.*?#\}[ \t]*\n", re.MULTILINE | re.DOTALL)
+
+
+class WriteupError(Exception):
+    """A problem with the write-up sources or the rubric; the message names the file."""
+
+
+def read_criteria(rubric_path: Path) -> list[Criterion]:
+    """The criteria the grader grades, read by the grader's own rubric parser."""
+    try:
+        criteria = load_rubric(rubric_path).active()
+    except RubricError as error:
+        raise WriteupError(f"{error} (the write-up's points tables are generated from the rubric)") from None
+    if not criteria:
+        raise WriteupError(f"{rubric_path}: no criterion to grade (all disabled)")
+    return criteria
+
+
+def runs_on(criterion: Criterion) -> str:
+    gpus = HARDWARE[criterion.needs]
+    return "CPU" if gpus == 0 else f"{gpus} CUDA GPU{'s' if gpus > 1 else ''}"
+
+
+def _in_problem(criterion: Criterion, problem: str) -> bool:
+    return criterion.problem == problem or criterion.problem.startswith(problem + ".")
+
+
+def points(criteria: list[Criterion], problem: str) -> str:
+    chosen = [c for c in criteria if _in_problem(c, problem)]
+    if not chosen:
+        raise WriteupError(f"no enabled criterion for problem {problem} in the rubric")
+    return _points(sum(c.points for c in chosen))
+
+
+def points_table(criteria: list[Criterion], problem: str) -> str:
+    """Markdown table of the criteria of ``problem`` (e.g. ``2`` or ``2.2``)."""
+    rows = [c for c in criteria if _in_problem(c, problem)]
+    if not rows:
+        raise WriteupError(f"no enabled criterion for problem {problem} in the rubric")
+    lines = ["| Criterion | What is checked | Points | Runs on |", "|---|---|---:|---|"]
+    lines += [f"| `{c.id}` | {c.title} | {_points(c.points)} | {runs_on(c)} |" for c in rows]
+    lines.append(f"| | **Problem {problem} total** | **{points(criteria, problem)}** | |")
+    return "\n".join(lines)
+
+
+def points_summary(criteria: list[Criterion]) -> str:
+    """Markdown table: points per sub-problem, how many need CUDA GPUs, and the total."""
+    problems = sorted({c.problem for c in criteria}, key=lambda p: tuple(int(n) for n in p.split(".")))
+    lines = ["| Problem | Criteria | Points | of which need CUDA GPUs |", "|---|---:|---:|---:|"]
+    for problem in problems:
+        rows = [c for c in criteria if c.problem == problem]
+        gpu = sum(c.points for c in rows if HARDWARE[c.needs])
+        lines.append(f"| {problem} | {len(rows)} | {_points(sum(c.points for c in rows))} | {_points(gpu)} |")
+    total = sum(c.points for c in criteria)
+    gpu = sum(c.points for c in criteria if HARDWARE[c.needs])
+    lines.append(f"| **Total** | {len(criteria)} | **{_points(total)}** | {_points(gpu)} |")
+    return "\n".join(lines)
+
+
+class _NoAnswerKey(Exception):
+    """A figure needs the answer key, and this build's ``minitorch.pipeline`` cannot provide it."""
+
+
+def _answer_key(call: Callable[[], T], what: str) -> T:
+    """``call()``, turning "the answer key is missing or stubbed" into :class:`_NoAnswerKey`."""
+    try:
+        return call()
+    except (ImportError, NotImplementedError) as error:
+        print(f"warning: the write-up's {what} needs the answer key: {type(error).__name__}: {error}",
+              file=sys.stderr)
+        raise _NoAnswerKey(what) from error
+
+
+def _placeholder(what: str, command: str) -> str:
+    return (f"({what}: drawn from the reference solution when the kit is built; this build had none.\n"
+            f" Run `{command}` to draw it from your code.)")
+
+
+def clock_cycles_waves(num_microbatches: str, num_stages: str) -> str:
+    """The answer key's ``clock_cycles(M, K)``, one wave per line, as in the lecture."""
+    try:
+        waves = _answer_key(lambda: _clock_cycles(num_microbatches, num_stages), "clock-cycle table")
+    except _NoAnswerKey:
+        return _placeholder("the clock-cycle table", "python -m minitorch.demos")
+    lines = [f"clock_cycles({num_microbatches}, {num_stages}):"]
+    lines += [f"  k = {index}: {wave}" for index, wave in enumerate(waves)]
+    return "\n".join(lines)
+
+
+def clock_cycles_grid(num_microbatches: str, num_stages: str) -> str:
+    """The answer key's ``clock_cycles(M, K)`` as a stage x wave grid of ``(i, j)`` cells."""
+    try:
+        waves = _answer_key(lambda: _clock_cycles(num_microbatches, num_stages), "clock-cycle grid")
+    except _NoAnswerKey:
+        return _placeholder("the clock-cycle grid", "python -m minitorch.demos")
+    cell = "{:<8}"
+    lines = ["wave     " + "".join(cell.format(k) for k in range(len(waves))).rstrip()]
+    for stage in range(int(num_stages)):
+        cells = []
+        for wave in waves:
+            pair = next(((i, j) for i, j in wave if j == stage), None)
+            cells.append(cell.format(f"({pair[0]},{pair[1]})" if pair else ""))
+        lines.append(f"stage {stage:<3}" + "".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _clock_cycles(num_microbatches: str, num_stages: str) -> list[list[tuple[int, int]]]:
+    from minitorch.pipeline import clock_cycles
+
+    return list(clock_cycles(int(num_microbatches), int(num_stages)))
+
+
+# ---------------------------------------------------------------- schedule figures
+
+SCHEDULE_TITLES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved 1F1B", "zb-h1": "ZB-H1"}
+_OPTIONS = {"v": int, "t_b": float, "t_w": float, "t_comm": float}
+
+
+@dataclass(frozen=True)
+class ScheduleFigure:
+    """What a schedule figure shows: ``name`` on K devices with M microbatches, and its times."""
+
+    name: str
+    num_stages: int
+    num_microbatches: int
+    v: int = 1
+    t_b: float = 2.0
+    t_w: float | None = None
+    t_comm: float = 0.0
+
+    @classmethod
+    def parse(cls, args: tuple[str, ...]) -> "ScheduleFigure":
+        """From directive words ``SCHEDULE K M [v=2] [t_b=2] [t_w=1] [t_comm=0.2]``."""
+        if len(args) < 3 or args[0] not in SCHEDULE_TITLES:
+            raise WriteupError(f"expected SCHEDULE K M [key=value ...] with SCHEDULE one of "
+                               f"{', '.join(SCHEDULE_TITLES)}; got {' '.join(args)!r}")
+        options = {}
+        for word in args[3:]:
+            key, _, value = word.partition("=")
+            if key not in _OPTIONS or not value:
+                raise WriteupError(f"unknown schedule option {word!r}; use {', '.join(k + '=' for k in _OPTIONS)}")
+            options[key] = _OPTIONS[key](value)
+        return cls(args[0], int(args[1]), int(args[2]), **options)
+
+    @property
+    def t_w_simulated(self) -> float | None:
+        """The W time given to the simulator: ZB-H1 splits B in halves unless ``t_w`` says otherwise."""
+        if self.t_w is None and self.name == "zb-h1":
+            return self.t_b / 2
+        return self.t_w
+
+    @property
+    def title(self) -> str:
+        words = [f"{SCHEDULE_TITLES[self.name]}, K = {self.num_stages}, M = {self.num_microbatches}"]
+        if self.name == "interleaved":
+            words.append(f"v = {self.v}")
+        t_w = self.t_w_simulated
+        if t_w is None:
+            times = f"F = 1, B = {self.t_b:g}"
+        else:
+            times = f"F = 1, I = {self.t_b - t_w:g}, W = {t_w:g}"
+        if self.t_comm:
+            times += f", transfers {self.t_comm:g}"
+        return ", ".join(words) + f" ({times} units)"
+
+    @property
+    def stem(self) -> str:
+        """A file name without extension, e.g. ``interleaved_k4_m8_v2``."""
+        stem = f"{self.name.replace('-', '_')}_k{self.num_stages}_m{self.num_microbatches}"
+        if self.name == "interleaved":
+            stem += f"_v{self.v}"
+        return stem + (f"_comm{self.t_comm:g}".replace(".", "p") if self.t_comm else "")
+
+    @property
+    def command(self) -> str:
+        """The command that draws the same timeline from the student's code."""
+        words = [f"python -m minitorch.timeline --schedule {self.name} -K {self.num_stages} -M {self.num_microbatches}"]
+        if self.name == "interleaved":
+            words.append(f"-v {self.v}")
+        if self.t_b != 2.0:
+            words.append(f"--t-b {self.t_b:g}")
+        if self.t_w is not None:
+            words.append(f"--t-w {self.t_w:g}")
+        if self.t_comm:
+            words.append(f"--t-comm {self.t_comm:g}")
+        return " ".join(words)
+
+    def simulate(self):
+        """The simulated :class:`minitorch.schedules.Timeline` (raises _NoAnswerKey)."""
+        from minitorch import schedules, timeline
+
+        def schedule():
+            generate = timeline.generator(self.name)
+            if self.name == "interleaved":
+                return generate(self.num_stages, self.num_microbatches, self.v)
+            return generate(self.num_stages, self.num_microbatches)
+
+        actions = _answer_key(schedule, f"{self.title} figure")
+        return schedules.simulate(actions, 1.0, self.t_b, t_w=self.t_w_simulated, t_comm=self.t_comm)
+
+
+def _metrics_line(timeline) -> str:
+    peaks = ", ".join(f"{p:g}" for p in timeline.peak_in_flight)
+    return (f"step {timeline.makespan:g} units; bubble {timeline.bubble_fraction_of_total:.1%} of total time, "
+            f"{timeline.bubble_over_ideal:.1%} of ideal compute; peak in-flight [{peaks}]")
+
+
+def timeline(*args: str) -> str:
+    """Title, the lecture's ASCII timeline and one metrics line of a simulated schedule."""
+    from minitorch.schedules import render_ascii
+
+    figure = ScheduleFigure.parse(args)
+    try:
+        simulated = figure.simulate()
+    except _NoAnswerKey:
+        return f"{figure.title}:\n" + _placeholder("this timeline", figure.command)
+    return "\n".join([f"{figure.title}:", render_ascii(simulated), _metrics_line(simulated)])
+
+
+def metrics(*args: str) -> str:
+    """The title and the metrics line of a simulated schedule, without the timeline."""
+    figure = ScheduleFigure.parse(args)
+    try:
+        simulated = figure.simulate()
+    except _NoAnswerKey:
+        return f"{figure.title}:\n" + _placeholder("these metrics", figure.command)
+    return f"{figure.title}:\n    {_metrics_line(simulated)}"
+
+
+def svg_picture(args: tuple[str, ...], pictures: dict[str, str]) -> str:
+    """Add the SVG of a simulated schedule to ``pictures`` (path -> text); return its Markdown link."""
+    from minitorch.schedules import render_svg
+
+    figure = ScheduleFigure.parse(args)
+    try:
+        simulated = figure.simulate()
+    except _NoAnswerKey:
+        return f"*(Picture of {figure.title}: {_placeholder('not generated', figure.command)})*"
+    path = f"{FIGURE_FOLDER}/{figure.stem}.svg"
+    pictures[path] = render_svg(simulated, title=figure.title)
+    return f"![{figure.title}]({path})"
+
+
+FIGURE_FOLDER = "figures"
+
+
+def tp_comm() -> str:
+    """The output of ``python -m minitorch.tp_comm`` (provided code: needs no answer key)."""
+    import contextlib
+    import io
+
+    from minitorch import tp_comm as demo
+
+    with contextlib.redirect_stdout(io.StringIO()) as output:
+        demo._demo()
+    return output.getvalue().rstrip("\n")
+
+# Text figures computed from code at build time: {{figure NAME ARGS}} -> FIGURES[NAME](*ARGS).
+FIGURES: dict[str, Callable[..., str]] = {
+    "clock_cycles_waves": clock_cycles_waves,
+    "clock_cycles_grid": clock_cycles_grid,
+    "timeline": timeline,
+    "metrics": metrics,
+    "tp_comm": tp_comm,
+}
+
+
+def _expand(text: str, source: Path, criteria: list[Criterion], pictures: dict[str, str], depth: int = 0) -> str:
+    if depth > 4:
+        raise WriteupError(f"{source}: includes nested too deeply")
+    text = _NOTE.sub("", text)
+
+    def directive(match: re.Match) -> str:
+        words = match[1].split()
+        line = text.count("\n", 0, match.start()) + 1
+        where = f"{source}:{line}"
+        if not words:
+            raise WriteupError(f"{where}: empty directive {{{{}}}}")
+        name, args = words[0], words[1:]
+        if name == "include" and len(args) == 1:
+            path = source.parent / args[0]
+            if not path.exists():
+                raise WriteupError(f"{where}: included file {path} not found")
+            return _expand(path.read_text(), path, criteria, pictures, depth + 1).rstrip("\n")
+        if name == "points_summary" and not args:
+            return points_summary(criteria)
+        if name == "points_table" and len(args) == 1:
+            return points_table(criteria, args[0])
+        if name == "points" and len(args) == 1:
+            return points(criteria, args[0])
+        try:
+            if name == "figure" and args and args[0] in FIGURES:
+                return FIGURES[args[0]](*args[1:])
+            if name == "svg":
+                return svg_picture(tuple(args), pictures)
+        except WriteupError as error:
+            raise WriteupError(f"{where}: {error}") from None
+        raise WriteupError(f"{where}: unknown directive {match[0]!r}")
+
+    try:
+        return _DIRECTIVE.sub(directive, text)
+    except WriteupError:
+        raise
+    except Exception as error:  # a figure's code failed: say where it was asked for
+        raise WriteupError(f"{source}: rendering failed: {type(error).__name__}: {error}") from error
+
+
+def render(template: Path, rubric_path: Path) -> str:
+    """The rendered write-up: ``template`` with every directive expanded."""
+    return render_files(template, rubric_path)["README.md"]
+
+
+def render_files(template: Path, rubric_path: Path) -> dict[str, str]:
+    """The write-up's files: ``{"README.md": text}`` plus every picture it links
+    (``"figures/<name>.svg": svg text``), paths relative to the README."""
+    pictures: dict[str, str] = {}
+    text = _expand(template.read_text(), template, read_criteria(rubric_path), pictures)
+    return {"README.md": text, **dict(sorted(pictures.items()))}

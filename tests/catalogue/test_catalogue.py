@@ -1,0 +1,138 @@
+"""Every entry of tests/catalogue/ (a wrong or hostile submission) loses exactly what it says.
+
+An entry is a small TOML file: ``file`` (the student file it changes), one or more
+``[[replace]]`` edits of the answer key (``old`` must occur exactly once) or a whole
+``source``, ``lose`` (criteria it must not pass; every other graded criterion must pass),
+and optionally ``only`` (criteria or problems to grade, default Problem 2), ``timeout``,
+``expect_status`` (criterion -> status, default ``failed`` for lost ones) and
+``expect_message`` (criterion -> text its message must contain).
+
+Hostile entries may also give ``[[extra_file]]`` tables (``name``, ``content``: more files in
+the submission folder, such as a conftest.py), ``settings`` (rubric ``[grader]`` values to
+use, e.g. a low ``max_processes`` for a fork bomb), ``expect_review`` (default false: whether
+the report must say "needs review"), ``expect_policy`` (entries of the policy scan that must be
+found), ``expect_note`` (text some report note must contain) and ``requires_root`` (skip when
+the tests do not run as root: the defence needs it). Every entry is graded like the command
+line does it, writing the JSON and Gradescope reports after every criterion; afterwards both
+must still be the parent's, complete and consistent (a hostile child must not have changed
+them), and no process the child started may be left.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from grading_helpers import answer_key_source, grade_folder, leftover_processes, write_submission
+
+from grader import report as reports
+from grader.protocol import write_json_report
+from grader.rubric import load_rubric
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+CATALOGUE = Path(__file__).resolve().parent
+ENTRY_KEYS = {
+    "description", "file", "replace", "source", "lose", "only", "timeout", "expect_status", "expect_message",
+    "extra_file", "settings", "expect_review", "expect_policy", "expect_note", "requires_root",
+}
+BOUND_SECONDS = 60  # any entry, hostile ones included, is graded within this
+
+
+def load_entry(path: Path) -> dict:
+    entry = tomllib.loads(path.read_text())
+    unknown = set(entry) - ENTRY_KEYS
+    assert not unknown, f"{path.name}: unknown keys {sorted(unknown)}"
+    if "file" in entry:
+        assert ("replace" in entry) != ("source" in entry), f"{path.name}: give either [[replace]] edits or a whole source"
+    return entry
+
+
+def build_source(entry: dict, name: str) -> str:
+    if "source" in entry:
+        return entry["source"]
+    source = answer_key_source(entry["file"])
+    for number, edit in enumerate(entry["replace"], start=1):
+        count = source.count(edit["old"])
+        assert count == 1, f"{name}: [[replace]] #{number}: `old` occurs {count} times in the answer key, expected exactly once"
+        source = source.replace(edit["old"], edit["new"])
+    return source
+
+
+def submission_files(entry: dict, name: str) -> dict[str, str]:
+    files = {} if entry.get("file") is None else {entry["file"]: build_source(entry, name)}
+    for extra in entry.get("extra_file", []):
+        files[extra["name"]] = extra["content"]
+    return files
+
+
+def grade_like_the_cli(folder: Path, entry: dict, out: Path):
+    """Grade ``folder`` writing report.json after every criterion and results.json at the end."""
+    rubric = load_rubric()
+    if entry.get("settings"):
+        rubric = dataclasses.replace(rubric, settings=dataclasses.replace(rubric.settings, **entry["settings"]))
+    json_path, gradescope_path = out / "report.json", out / "results.json"
+    started = time.monotonic()
+    report = grade_folder(folder, only=entry.get("only", ["2"]), timeout=entry.get("timeout"), rubric=rubric,
+                          on_result=lambda report, result: write_json_report(report, json_path))
+    write_json_report(report, json_path)
+    reports.write_gradescope(report, rubric, time.monotonic() - started, gradescope_path)
+    return report, json_path, gradescope_path
+
+
+def check_reports(report, json_path: Path, gradescope_path: Path, wait: bool) -> None:
+    """Both files are the parent's: parseable, complete, and saying what the report says."""
+    if wait:  # a process the submission left behind would have had time to change them
+        time.sleep(0.3)
+    written = json.loads(json_path.read_text())
+    assert written["complete"] is True and written["score"] == report.score
+    assert [(c["id"], c["status"], c["earned"]) for c in written["criteria"]] == [
+        (r.id, r.status, r.earned) for r in report.results
+    ]
+    gradescope = json.loads(gradescope_path.read_text())
+    assert gradescope["score"] == report.score and len(gradescope["tests"]) == len(report.results)
+
+
+@pytest.mark.parametrize("path", sorted(CATALOGUE.glob("*.toml")), ids=lambda p: p.stem)
+def test_catalogue_entry(path: Path, tmp_path: Path):
+    entry = load_entry(path)
+    if entry.get("requires_root") and os.geteuid() != 0:
+        pytest.skip("the defence this entry tests needs the grader to run as root")
+    folder = write_submission(tmp_path / "submission", submission_files(entry, path.name))
+    started = time.monotonic()
+    report, json_path, gradescope_path = grade_like_the_cli(folder, entry, tmp_path)
+    assert time.monotonic() - started < BOUND_SECONDS
+    assert report.complete
+    check_reports(report, json_path, gradescope_path, wait=entry.get("expect_review", False))
+    statuses = {r.id: r.status for r in report.results}
+    messages = {r.id: r.message for r in report.results}
+    unknown = set(entry["lose"]) - set(statuses)
+    assert not unknown, f"{path.name}: lose names criteria that were not graded: {sorted(unknown)}"
+    for result in report.results:
+        if result.id in entry["lose"]:
+            want = entry.get("expect_status", {}).get(result.id, "failed")
+            assert result.status == want, f"{result.id}: expected {want}, got {result.status}: {result.message}"
+        else:
+            assert result.status in ("passed", "blocked"), f"{result.id} should pass, got {result.status}: {result.message}"
+    for criterion, text in entry.get("expect_message", {}).items():
+        assert text in messages[criterion], f"{criterion}: {text!r} not in message {messages[criterion]!r}"
+    assert report.needs_review == entry.get("expect_review", False), f"needs review: {report.review}"
+    found = {finding["name"] for finding in report.policy_findings}
+    assert set(entry.get("expect_policy", [])) <= found, f"policy findings: {sorted(found)}"
+    if "expect_note" in entry:
+        assert any(entry["expect_note"] in note for note in report.notes), f"notes: {report.notes}"
+    if os.geteuid() == 0 and report.environment.get("children_uid") not in (None, 0):
+        assert leftover_processes(report.environment["children_uid"]) == []
+
+
+def test_old_must_occur_once():
+    entry = {"file": "pipeline.py", "replace": [{"old": "torch", "new": "x"}]}
+    with pytest.raises(AssertionError, match="occurs .* times"):
+        build_source(entry, "example")

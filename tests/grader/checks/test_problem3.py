@@ -1,0 +1,267 @@
+"""The Problem 3 checks, run in-process: full marks for the answer key, and each deliberately
+wrong variant fails the check it is meant to fail, with a message that says what is wrong.
+
+The observe functions fork their ranks from this process, so a variant installed here with
+``monkeypatch`` is what the ranks run.
+"""
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from grading_helpers import observe_and_judge
+
+import minitorch.tensor_parallel as tp
+from grader.checks import Fail
+from grader.checks import problem3 as checks
+
+pytestmark = pytest.mark.multirank  # launches torch.distributed ranks (left out of make test-fast)
+
+NAMES = ["fg", "scatter_gather", "column_row", "mlp", "attention", "layer", "embedding",
+         "fused_loss", "sequence_parallel"]
+SEED = 20240
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restore_torch_distributed():
+    """The recorder wraps torch.distributed in this process; undo that after these tests."""
+    saved = {(module, name): getattr(module, name) for module in (dist, dist.distributed_c10d)
+             for name in checks._KINDS if hasattr(module, name)}
+    yield
+    for (module, name), original in saved.items():
+        setattr(module, name, original)
+
+
+def grade(name: str, seed: int = SEED) -> None:
+    """The check along the grader's path (observe, plain data, save/load, judge)."""
+    observe_and_judge(checks, name, seed)
+
+
+def fails(name: str, *fragments: str) -> str:
+    with pytest.raises(Fail) as info:
+        grade(name)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def test_answer_key_passes_every_check():
+    timings = {}
+    for name in NAMES:
+        start = time.perf_counter()
+        grade(name)
+        timings[name] = time.perf_counter() - start
+    print("check seconds:", {k: round(v, 2) for k, v in timings.items()},
+          "total", round(sum(timings.values()), 2))
+
+
+def test_another_seed_also_passes():
+    grade("layer", seed=7)
+
+
+# -- 3.1 --------------------------------------------------------------------------------
+def test_f_and_g_backward_swapped_fails_f_g(monkeypatch):
+    monkeypatch.setattr(tp._CopyToModelParallelRegion, "backward", staticmethod(lambda ctx, g: g))
+    monkeypatch.setattr(tp._ReduceFromModelParallelRegion, "backward",
+                        staticmethod(lambda ctx, g: tp._reduce(g)))
+    fails("fg", "backward of f must all-reduce the gradient: rank 0 input grad is a partial sum")
+
+
+def test_g_backward_all_reduce_alone_fails_f_g(monkeypatch):
+    monkeypatch.setattr(tp._ReduceFromModelParallelRegion, "backward",
+                        staticmethod(lambda ctx, g: tp._reduce(g)))
+    fails("fg", "backward of g must be the identity: rank 0 input grad is the sum")
+
+
+def test_g_without_all_reduce_fails_f_g(monkeypatch):
+    monkeypatch.setattr(tp._ReduceFromModelParallelRegion, "forward", staticmethod(lambda ctx, x: x.clone()))
+    fails("fg", "forward of g (reduce_from_tensor_model_parallel_region) must all-reduce")
+
+
+def test_f_forward_that_communicates_fails_f_g(monkeypatch):
+    world = tp.get_world_size
+
+    def average(ctx, x):  # right numbers, needless all-reduce
+        return tp._reduce(x) / world()
+
+    monkeypatch.setattr(tp._CopyToModelParallelRegion, "forward", staticmethod(average))
+    fails("fg", "rank 0, f: the forward must not communicate", "recorded all_reduce of 256")
+
+
+def test_gather_in_wrong_order_fails_scatter_gather(monkeypatch):
+    def reversed_gather(x):
+        parts = [torch.empty_like(x) for _ in range(tp.get_world_size())]
+        dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts[::-1], dim=-1)
+
+    monkeypatch.setattr(tp, "_gather_along_last_dim", reversed_gather)
+    # the first op whose result uses the gather: the backward of the scatter
+    fails("scatter_gather", "backward of scatter_to_tensor_model_parallel_region, rank 0 input grad")
+
+
+def test_sequence_gather_with_identity_backward_fails_scatter_gather(monkeypatch):
+    monkeypatch.setattr(tp._GatherFromSequenceParallelRegion, "backward",
+                        staticmethod(lambda ctx, g: tp._split_along_first_dim(g)))
+    fails("scatter_gather", "backward of gather_from_sequence_parallel_region, rank 0 input grad")
+
+
+# -- 3.2 --------------------------------------------------------------------------------
+def test_bias_added_on_every_rank_fails_column_row(monkeypatch):
+    def forward(self, x):
+        if not self.input_is_parallel:
+            x = tp.scatter_to_tensor_model_parallel_region(x)
+        return tp.reduce_from_tensor_model_parallel_region(F.linear(x, self.weight, self.bias))
+
+    monkeypatch.setattr(tp.RowParallelLinear, "forward", forward)
+    fails("column_row", "RowParallelLinear adds the bias on every rank before the all-reduce, "
+                        "so the output has it 2 times")
+
+
+def test_wrong_shard_slicing_fails_column_row(monkeypatch):
+    def strided(self, master):  # every t-th row instead of a contiguous block
+        rank, world = tp.get_rank(), tp.get_world_size()
+        return master["weight"][rank::world].clone(), master["bias"][rank::world].clone()
+
+    monkeypatch.setattr(tp.ColumnParallelLinear, "shard", strided)
+    fails("column_row", "t=2, rank 0: ColumnParallelLinear weight must be rows 0:8 of the master weight")
+
+
+def test_no_value_error_for_indivisible_sizes_fails_column_row(monkeypatch):
+    original = tp.ColumnParallelLinear.shard
+
+    def lenient(self, master):
+        if self.out_features % tp.get_world_size():
+            return master["weight"][:1].clone(), master["bias"][:1].clone()
+        return original(self, master)
+
+    monkeypatch.setattr(tp.ColumnParallelLinear, "shard", lenient)
+    fails("column_row", "ColumnParallelLinear(12, 5) (out_features not divisible by 2) must raise "
+                        "ValueError; got no exception")
+
+
+# -- 3.3 --------------------------------------------------------------------------------
+def test_gelu_after_the_row_split_fails_mlp_by_a_large_margin(monkeypatch):
+    def forward(self, x):
+        partial = F.linear(F.gelu(self.fc1(x)), self.fc2.weight)
+        return tp.reduce_from_tensor_model_parallel_region(F.gelu(partial)) + self.fc2.bias
+
+    monkeypatch.setattr(tp.ParallelMLP, "forward", forward)
+    message = fails("mlp", "ParallelMLP output: differs from the dense single-process result by")
+    assert float(message.split("result by ")[1].split()[0]) > 0.1, message
+
+
+def test_mlp_with_extra_communication_fails_mlp(monkeypatch):
+    def forward(self, x):  # right numbers: gather the hidden units, let fc2 scatter them again
+        hidden = tp.gather_from_tensor_model_parallel_region(F.gelu(self.fc1(x)))
+        return tp.reduce_from_tensor_model_parallel_region(
+            F.linear(tp._split_along_last_dim(hidden), self.fc2.weight)) + self.fc2.bias
+
+    monkeypatch.setattr(tp.ParallelMLP, "forward", forward)
+    fails("mlp", "the forward must communicate exactly all_reduce of 256", "recorded all_gather")
+
+
+def test_non_causal_attention_fails_attention(monkeypatch):
+    original = tp.ParallelSelfAttention.forward
+
+    def forward(self, x):
+        self.causal = False
+        return original(self, x)
+
+    monkeypatch.setattr(tp.ParallelSelfAttention, "forward", forward)
+    fails("attention", "ParallelSelfAttention (causal) output: differs")
+
+
+def test_layer_without_residual_fails_layer(monkeypatch):
+    def forward(self, x):
+        x = x + self.attention(self.ln1(x))
+        return self.mlp(self.ln2(x))
+
+    monkeypatch.setattr(tp.ParallelTransformerLayer, "forward", forward)
+    fails("layer", "ParallelTransformerLayer output: differs")
+
+
+def test_f_backward_identity_fails_layer_gradients(monkeypatch):
+    monkeypatch.setattr(tp._CopyToModelParallelRegion, "backward", staticmethod(lambda ctx, g: g))
+    fails("layer", "ParallelTransformerLayer input grad: differs")
+
+
+# -- 3.4 --------------------------------------------------------------------------------
+def test_embedding_without_mask_fails_embedding(monkeypatch):
+    def forward(self, ids):
+        local = (ids - self.vocab_start).clamp(0, self.weight.shape[0] - 1)
+        return tp.reduce_from_tensor_model_parallel_region(F.embedding(local, self.weight))
+
+    monkeypatch.setattr(tp.VocabParallelEmbedding, "forward", forward)
+    fails("embedding", "ids outside a rank's vocabulary range must contribute zeros")
+
+
+def test_logits_all_gathered_fails_fused_loss(monkeypatch):
+    def gathered(logits, target):
+        full = tp.gather_from_tensor_model_parallel_region(logits)
+        return F.cross_entropy(full.flatten(0, -2), target.flatten(), reduction="none").view(target.shape)
+
+    monkeypatch.setattr(tp, "vocab_parallel_cross_entropy", gathered)
+    fails("fused_loss", "must not gather the logits", "recorded all_gather of 768")
+
+
+def test_loss_without_the_max_fails_fused_loss(monkeypatch):
+    def naive(logits, target):  # exp() overflows for the large logits of the check
+        start = tp.get_rank() * logits.shape[-1]
+        inside = (target >= start) & (target < start + logits.shape[-1])
+        local = (target - start).clamp(0, logits.shape[-1] - 1)
+        picked = logits.gather(-1, local.unsqueeze(-1)).squeeze(-1) * inside
+        sum_exp = tp.reduce_from_tensor_model_parallel_region(logits.exp().sum(-1))
+        return sum_exp.log() - tp.reduce_from_tensor_model_parallel_region(picked)
+
+    monkeypatch.setattr(tp, "vocab_parallel_cross_entropy", naive)
+    fails("fused_loss", "per-token loss (like F.cross_entropy(reduction='none'))")
+
+
+# -- 3.5 --------------------------------------------------------------------------------
+def test_sequence_parallel_via_all_reduce_fails_sequence_parallel(monkeypatch):
+    monkeypatch.setattr(tp._ReduceScatterToSequenceParallelRegion, "forward",
+                        staticmethod(lambda ctx, x: tp._split_along_first_dim(tp._reduce(x))))
+    fails("sequence_parallel", "sequence parallelism replaces each all-reduce of activations by a "
+                               "reduce-scatter and an all-gather; recorded all_reduce of 256")
+
+
+def test_layer_norm_grads_not_summed_fails_sequence_parallel(monkeypatch):
+    monkeypatch.setattr(tp.ReplicatedLayerNorm, "sequence_parallel_parameters",
+                        lambda self: (self.weight, self.bias))
+    fails("sequence_parallel", "the gradient of ln1.weight is a partial sum over this rank's block")
+
+
+def test_stub_raises_not_implemented_with_the_rank(monkeypatch):
+    def stub(ctx, x):
+        raise NotImplementedError("Problem 3.1: copy_to_tensor_model_parallel_region")
+
+    monkeypatch.setattr(tp._CopyToModelParallelRegion, "forward", staticmethod(stub))
+    with pytest.raises(NotImplementedError, match="rank 0: Problem 3.1"):
+        checks.observe_fg(SEED, {})
+
+
+# -- the recorder -----------------------------------------------------------------------
+def _use_every_kind(rank, world_size):
+    checks._start_rank()
+    with checks._Phase("forward"):
+        x = torch.ones(4, 3, dtype=torch.float64)
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+        dist.all_gather_into_tensor(torch.empty(8, 3, dtype=torch.float64), x)  # calls all_gather_single
+        dist.reduce_scatter(torch.empty(2, 3, dtype=torch.float64), list(x.chunk(2)))
+        dist.all_to_all_single(torch.empty(4, 3, dtype=torch.float64), x)
+        dist.all_gather_object([None, None], "smuggled")
+    return list(checks._LOG)
+
+
+def test_recorder_sees_every_kind_once_with_full_sizes():
+    checks._install_recorder()
+    checks._install_recorder()  # idempotent
+    from minitorch.distributed import launch
+
+    log = launch(_use_every_kind, 2, backend="gloo")[0]
+    assert [(c["kind"], c["numel"], c["op"]) for c in log] == [
+        ("all_reduce", 12, "MAX"), ("all_gather", 24, ""), ("reduce_scatter", 12, ""),
+        ("all_to_all", 12, ""), ("all_gather_object", 0, "")]
+    assert {c["phase"] for c in log} == {"forward"} and log[0]["dtype"] == "float64"

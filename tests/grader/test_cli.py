@@ -1,0 +1,105 @@
+"""`python -m grader` end to end: exit statuses, the JSON and Gradescope reports, zips,
+and a partial report when the grader is killed mid-run."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+
+import pytest
+from grading_helpers import REPO, answer_key_source, stub_files, write_submission
+
+CRITERION_FIELDS = {"id", "problem", "title", "points", "earned", "status", "message", "seconds"}
+STATUSES = {"passed", "failed", "timeout", "blocked", "error"}
+
+
+def run_grader(*args, timeout=240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "grader", "grade", *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.slow  # a whole grader run in a subprocess
+def test_answer_key_full_marks(tmp_path):
+    report_path, gradescope_path = tmp_path / "report.json", tmp_path / "results.json"
+    run = run_grader("minitorch", "--require-full", "--json", report_path, "--gradescope", gradescope_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(report_path.read_text())
+    assert report["schema_version"] == 1 and report["complete"]
+    assert {"submission", "files", "environment", "score", "max_score", "blocked_points", "criteria"} <= set(report)
+    assert {"python", "torch", "cpus", "gpus"} <= set(report["environment"])
+    assert "pipeline.py" in report["files"] and len(report["files"]["pipeline.py"]) == 64
+    for criterion in report["criteria"]:
+        assert CRITERION_FIELDS <= set(criterion) and criterion["status"] in STATUSES
+        if criterion["status"] != "blocked":
+            assert criterion["status"] == "passed", criterion
+    speedup = next(c for c in report["criteria"] if c["id"] == "2.3-speedup")
+    if report["environment"]["gpus"] < 2:
+        assert speedup["status"] == "blocked" and "needs 2 CUDA GPUs" in speedup["message"]
+    blocked = sum(c["points"] for c in report["criteria"] if c["status"] == "blocked")
+    assert report["blocked_points"] == blocked and report["score"] == report["max_score"] - blocked
+    results = json.loads(gradescope_path.read_text())
+    assert results["score"] == report["score"] and isinstance(results["execution_time"], int)
+    assert isinstance(results["output"], str) and len(results["tests"]) == len(report["criteria"])
+    for test in results["tests"]:
+        assert {"name", "number", "score", "max_score", "status", "output", "visibility"} <= set(test)
+    assert "Total" in run.stdout and "2.2-call-order" in run.stdout
+
+
+@pytest.mark.slow  # a whole grader run in a subprocess
+def test_stub_scores_zero_with_not_implemented(tmp_path):
+    folder = write_submission(tmp_path / "stub", stub_files())
+    run = run_grader(folder, "--require-full", "--json", tmp_path / "r.json")
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["score"] == 0
+    for criterion in report["criteria"]:
+        if criterion["status"] != "blocked":
+            assert criterion["status"] == "failed"
+            assert criterion["message"].startswith(f"not implemented yet (Problem {criterion['problem']})"), criterion
+
+
+@pytest.mark.slow  # a whole grader run in a subprocess
+def test_zip_with_a_top_folder(tmp_path):
+    path = tmp_path / "alice.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("alice-hw5/minitorch/pipeline.py", answer_key_source())
+    run = run_grader(path, "--only", "2.1", "--require-full")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.slow  # a whole grader run in a subprocess
+def test_usage_errors_exit_2(tmp_path):
+    missing = run_grader(tmp_path / "nope", "--gradescope", tmp_path / "results.json")
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    assert json.loads((tmp_path / "results.json").read_text())["score"] == 0
+    unknown = run_grader("minitorch", "--only", "9.9")
+    assert unknown.returncode == 2 and "--only 9.9" in unknown.stderr
+
+
+@pytest.mark.slow  # a whole grader run in a subprocess
+def test_partial_report_survives_a_killed_grader(tmp_path):
+    hang = answer_key_source().replace(
+        "        microbatches = list(torch.split(x, self.split_size))",
+        "        import time\n        time.sleep(1000)\n        microbatches = list(torch.split(x, self.split_size))",
+    )
+    folder = write_submission(tmp_path / "hang", {"pipeline.py": hang})
+    report_path = tmp_path / "report.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grader", "grade", folder, "--only", "2.1-schedule", "2.2-forward", "--json", report_path],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (report_path.exists() and json.loads(report_path.read_text())["criteria"]):
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    report = json.loads(report_path.read_text())
+    assert report["complete"] is False
+    assert [c["id"] for c in report["criteria"]] == ["2.1-schedule"] and report["criteria"][0]["status"] == "passed"

@@ -1,0 +1,79 @@
+"""Reading submissions: folders, zips (nested folder, traversal, corrupt, ambiguous), links."""
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+from grading_helpers import answer_key_source, grade_folder, write_submission
+
+from grader.submission import SubmissionNotFound, load_submission
+
+
+def make_zip(path: Path, entries: dict[str, str]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in entries.items():
+            archive.writestr(name, text)
+    return path
+
+
+def test_folder_and_minitorch_subfolder(tmp_path):
+    (tmp_path / "minitorch").mkdir()
+    (tmp_path / "pipeline.py").write_text("A = 1\n")
+    (tmp_path / "minitorch" / "tensor_parallel.py").write_text("B = 2\n")
+    (tmp_path / "conftest.py").write_text("raise SystemExit\n")
+    submission = load_submission(tmp_path)
+    assert submission.files == {"pipeline.py": b"A = 1\n", "tensor_parallel.py": b"B = 2\n"}
+    assert submission.problem is None and submission.missing() == []
+
+
+def test_zip_with_one_top_folder(tmp_path):
+    path = make_zip(tmp_path / "s.zip", {"hw5/minitorch/pipeline.py": "A = 1\n", "hw5/sitecustomize.py": "x"})
+    submission = load_submission(path)
+    assert submission.files == {"pipeline.py": b"A = 1\n"} and submission.problem is None
+
+
+@pytest.mark.parametrize(
+    "entries, reason",
+    [
+        ({"../../etc/pipeline.py": "A"}, "unsafe path"),
+        ({"/abs/pipeline.py": "A"}, "unsafe path"),
+        ({"a/pipeline.py": "A", "b/pipeline.py": "B"}, "several pipeline.py"),
+    ],
+)
+def test_bad_zips_give_a_reason(tmp_path, entries, reason):
+    submission = load_submission(make_zip(tmp_path / "s.zip", entries))
+    assert submission.files == {} and reason in submission.problem
+
+
+def test_corrupt_zip(tmp_path):
+    (tmp_path / "s.zip").write_bytes(b"PK\x03\x04 not really a zip")
+    submission = load_submission(tmp_path / "s.zip")
+    assert "cannot read the zip" in submission.problem
+
+
+def test_symlink_is_refused(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("answers")
+    (tmp_path / "sub").mkdir()
+    os.symlink(secret, tmp_path / "sub" / "pipeline.py")
+    submission = load_submission(tmp_path / "sub")
+    assert "not a regular file" in submission.problem and submission.files == {}
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(SubmissionNotFound, match="no such file"):
+        load_submission(tmp_path / "nope")
+
+
+def test_a_missing_student_file_fails_its_problems_without_running_them(tmp_path):
+    folder = write_submission(tmp_path / "only-pipeline", {"pipeline.py": answer_key_source("pipeline.py")})
+    report = grade_folder(folder, only=["2.1", "3"])
+    by_problem = {r.id: r for r in report.results}
+    assert by_problem["2.1-schedule"].status == "passed"
+    for result in report.results:
+        if result.problem.startswith("3."):
+            assert result.status == "failed"
+            assert result.message == "missing tensor_parallel.py (not in the submission)"
+            assert result.seconds < 0.5, "a missing file must not start the criterion's child"

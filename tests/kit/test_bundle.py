@@ -1,0 +1,136 @@
+"""The Gradescope bundle: layout, no answer key, and run_autograder in a folder standing in for
+/autograder, which must always leave a results.json."""
+import json
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grader.layout import REPOSITORY as REPO
+from grader.layout import provided_files
+from kit import bundle, handout
+
+
+@pytest.fixture(scope="module")
+def autograder_zip(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dist") / "autograder.zip"
+    bundle.build(out)
+    return out
+
+
+def unpack(zip_path: Path, root: Path, submission: dict[str, str]) -> Path:
+    """An /autograder stand-in: source/ from the zip, submission/ with the given files."""
+    with zipfile.ZipFile(zip_path) as archive:
+        archive.extractall(root / "source")
+        for info in archive.infolist():  # extractall drops permission bits
+            os.chmod(root / "source" / info.filename, (info.external_attr >> 16) & 0o777)
+    for relative, text in submission.items():
+        (root / "submission" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / "submission" / relative).write_text(text)
+    (root / "submission").mkdir(exist_ok=True)
+    return root
+
+
+def run_autograder(root: Path, python: str = sys.executable) -> dict:
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": python}
+    result = subprocess.run(
+        [str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads((root / "results" / "results.json").read_text())
+
+
+def test_layout_scripts_and_pins(autograder_zip):
+    with zipfile.ZipFile(autograder_zip) as archive:
+        names = archive.namelist()
+        for script in ("setup.sh", "run_autograder"):
+            info = archive.getinfo(script)
+            assert (info.external_attr >> 16) & stat.S_IXUSR, f"{script} is not executable"
+            assert b"\r" not in archive.read(script), f"{script} has CR line endings"
+        assert archive.read("constraints.txt") == (REPO / "constraints.txt").read_bytes()
+        assert archive.read("requirements.txt") == (REPO / "requirements.txt").read_bytes()
+        assert archive.read("grader/rubric.toml") == (REPO / "grader" / "rubric.toml").read_bytes()
+    assert "grader/__init__.py" in names and "minitorch/runtime.py" in names
+    for script in ("setup.sh", "run_autograder"):
+        subprocess.run(["bash", "-n", str(REPO / "kit" / "gradescope" / script)], check=True)
+
+
+def test_the_bundle_ships_the_grading_engine_and_nothing_else(autograder_zip):
+    with zipfile.ZipFile(autograder_zip) as archive:
+        names = set(archive.namelist())
+        grader_files = {n for n in archive.namelist() if n.startswith("grader/")}
+        top = {n for n in archive.namelist() if "/" not in n}
+        minitorch_files = {n for n in archive.namelist() if n.startswith("minitorch/")}
+    assert grader_files == {
+        "grader/__init__.py", "grader/__main__.py", "grader/batch.py", "grader/child.py", "grader/cli.py",
+        "grader/canvas.py", "grader/cluster.py", "grader/discovery.py", "grader/gradebook.py", "grader/regrade.py",
+        "grader/slots.py",
+        "grader/gradescope_run.py", "grader/grading.py", "grader/harness.py", "grader/layout.py", "grader/policy.py",
+        "grader/processes.py", "grader/protocol.py", "grader/report.py", "grader/rubric.py", "grader/rubric.toml",
+        "grader/submission.py", "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/compare.py",
+        "grader/checks/performance.py", "grader/checks/problem2.py", "grader/checks/problem3.py",
+        "grader/checks/problem4.py",
+    }  # never the kit builder, the tests or the grader's self-test check
+    assert top == {"setup.sh", "run_autograder", "requirements.txt", "constraints.txt"}
+    assert minitorch_files == {f"minitorch/{p.name}" for p in provided_files()}
+    assert names == grader_files | top | minitorch_files  # nothing else: no kit/, tests/, handout/
+
+
+def test_no_answer_key_inside(autograder_zip):
+    regions = []
+    for name in handout.STUDENT_FILES:
+        key = REPO / "minitorch" / name
+        if key.exists():
+            lines = key.read_text().splitlines(keepends=True)
+            regions += ["".join(lines[r.begin : r.end - 1]) for r in handout.find_regions(key.read_text(), name)]
+    # A one-line body (ParallelMLP's `return self.fc2(F.gelu(self.fc1(x)))`) is also what any
+    # dense reference module says; longer regions are the answer key's own code.
+    regions = [region for region in regions if len(region.strip().splitlines()) > 1]
+    assert len(regions) > 20
+    with zipfile.ZipFile(autograder_zip) as archive:
+        # grader/checks/problem2.py is a check module, not a student file: look in minitorch/.
+        assert not [n for n in archive.namelist() if Path(n).parent.name == "minitorch" and Path(n).name in handout.STUDENT_FILES]
+        for name in archive.namelist():
+            text = archive.read(name).decode(errors="replace")
+            assert not any(region in text for region in regions), f"{name} contains answer-key code"
+
+
+@pytest.mark.slow  # a whole grader run in a subprocess
+def test_results_json_is_written_when_python_cannot_even_start(autograder_zip, tmp_path):
+    root = unpack(autograder_zip, tmp_path, {"pipeline.py": ""})
+    results = run_autograder(root, python=str(tmp_path / "no-such-python"))
+    assert results["score"] == 0 and "course staff" in results["output"]
+
+
+@pytest.mark.slow  # a whole grader run in a subprocess
+def test_results_json_is_written_when_the_grader_crashes(autograder_zip, tmp_path):
+    root = unpack(autograder_zip, tmp_path, {"pipeline.py": ""})
+    (root / "source" / "grader" / "__main__.py").write_text("raise RuntimeError('grader bug 1234')\n")
+    results = run_autograder(root)
+    assert results["score"] == 0
+    assert "exit status 1" in results["output"] and "grader bug 1234" in results["output"]
+
+
+@pytest.mark.slow  # a whole grader run in a subprocess
+def test_answer_key_scores_every_point_it_can(autograder_zip, tmp_path):
+    # Nested as a student's zip often is: the files are found wherever they are.
+    files = {f"hw/minitorch/{n}": (REPO / "minitorch" / n).read_text()
+             for n in handout.STUDENT_FILES if (REPO / "minitorch" / n).exists()}
+    results = run_autograder(unpack(autograder_zip, tmp_path, files))
+    assert results["tests"], results.get("output")
+    for test in results["tests"]:
+        assert test["score"] == test["max_score"] or "blocked" in (test["name"] + test.get("output", "")).lower(), test
+    assert results["score"] == sum(t["score"] for t in results["tests"]) > 0
+
+
+@pytest.mark.slow  # a whole grader run in a subprocess
+def test_stubs_score_zero(autograder_zip, tmp_path):
+    files = {n: handout.strip_solutions((REPO / "minitorch" / n).read_text(), n)
+             for n in handout.STUDENT_FILES if (REPO / "minitorch" / n).exists()}
+    results = run_autograder(unpack(autograder_zip, tmp_path, files))
+    assert results["tests"] and results["score"] == 0
+    assert all(t["score"] == 0 for t in results["tests"])

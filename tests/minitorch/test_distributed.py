@@ -1,0 +1,187 @@
+"""The provided launcher minitorch.distributed: values, errors, timeouts, no orphans, torchrun."""
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from grader.layout import REPOSITORY as REPO
+from minitorch.distributed import get_rank, get_world_size, launch
+
+pytestmark = pytest.mark.multirank  # launches torch.distributed ranks (left out of make test-fast)
+
+
+class StudentError(Exception):
+    """An exception type defined outside torch and builtins."""
+
+
+def _children_of_this_process() -> list[int]:
+    me, children = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                children.append(int(entry))
+    return children
+
+
+@pytest.fixture
+def no_orphans():
+    before = set(_children_of_this_process())
+    yield
+    assert set(_children_of_this_process()) <= before, "a rank process outlived launch()"
+
+
+def _sum_of_ranks(rank, world_size, scale):
+    x = torch.full((3,), float(rank + 1), dtype=torch.float64)
+    dist.all_reduce(x)
+    return {"rank": get_rank(), "world": get_world_size(), "sum": x * scale}
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_returns_each_rank_value_in_rank_order(world_size, no_orphans):
+    values = launch(_sum_of_ranks, world_size, 10.0, backend="gloo")
+    total = world_size * (world_size + 1) / 2
+    assert [v["rank"] for v in values] == list(range(world_size))
+    assert all(v["world"] == world_size for v in values)
+    for v in values:
+        torch.testing.assert_close(v["sum"], torch.full((3,), 10.0 * total, dtype=torch.float64),
+                                   rtol=0, atol=0)
+
+
+def test_rank_helpers_outside_a_group_are_one_rank():
+    assert not dist.is_initialized()
+    assert (get_rank(), get_world_size()) == (0, 1)
+
+
+def _raise_on_rank_1(rank, world_size, error_type):
+    if rank == 1:
+        raise error_type("Problem 3.1: copy_to_tensor_model_parallel_region")
+    dist.all_reduce(torch.ones(2))  # rank 0 then fails too, with a "connection closed" echo
+    return rank
+
+
+@pytest.mark.parametrize("error_type", [NotImplementedError, ValueError, StudentError])
+def test_exception_keeps_its_type_and_names_the_rank(error_type, no_orphans):
+    with pytest.raises(error_type, match=r"^rank 1: Problem 3\.1: copy_to") as info:
+        launch(_raise_on_rank_1, 2, error_type, backend="gloo", timeout=10)
+    assert "_raise_on_rank_1" in "".join(info.value.__notes__)  # the rank's own traceback
+
+
+def _exit_hard(rank, world_size):
+    if rank == 0:
+        os._exit(3)
+    dist.barrier()
+
+
+def test_rank_that_dies_without_reporting_is_an_error(no_orphans):
+    with pytest.raises(RuntimeError, match="rank 0: process exited with code 3"):
+        launch(_exit_hard, 2, backend="gloo", timeout=10)
+
+
+def _hang_on_rank_1(rank, world_size, pid_dir):
+    Path(pid_dir, str(rank)).write_text(str(os.getpid()))
+    if rank == 1:
+        time.sleep(600)
+    dist.all_reduce(torch.ones(2))
+
+
+def _spin(rank, world_size, pid_dir):
+    Path(pid_dir, str(rank)).write_text(str(os.getpid()))
+    while True:
+        pass
+
+
+@pytest.mark.parametrize("worker, hung", [(_hang_on_rank_1, r"\[1\]"), (_spin, r"\[0, 1\]")])
+def test_hung_rank_becomes_timeout_error_and_is_killed(worker, hung, tmp_path, no_orphans):
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=f"rank\\(s\\) {hung} did not finish within 1 s"):
+        launch(worker, 2, str(tmp_path), backend="gloo", timeout=1.0)
+    assert time.monotonic() - start < 30, "the timeout did not bound the launch"
+    for pid_file in tmp_path.iterdir():
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), 0)
+
+
+def _return_module(rank, world_size):
+    return torch.nn.Linear(2, 2)
+
+
+def test_return_value_must_be_plain_data(no_orphans):
+    with pytest.raises(TypeError, match="rank 0: the return value is not plain data"):
+        launch(_return_module, 1, backend="gloo")
+
+
+def _list_dir(rank, world_size, directory):
+    return sorted(os.listdir(directory))
+
+
+def test_rendezvous_lives_in_a_private_temp_dir_that_is_removed(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen = launch(_list_dir, 2, str(tmp_path), backend="gloo")
+    assert len(seen[0]) == 1 and seen[0][0].startswith("minitorch-launch-")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"world_size": 0}, "world_size must be an int >= 1, got 0"),
+    ({"world_size": 2, "timeout": 0}, "timeout must be > 0"),
+    ({"world_size": 2, "backend": "mpi"}, "backend must be 'gloo' or 'nccl'"),
+])
+def test_bad_arguments_raise_value_error(kwargs, message):
+    world_size = kwargs.pop("world_size")
+    with pytest.raises(ValueError, match=message):
+        launch(_sum_of_ranks, world_size, 1.0, **kwargs)
+
+
+def _nothing(rank, world_size):
+    return rank
+
+
+def test_launch_cost_is_printed(capsys):
+    for world_size in (2, 4):
+        start = time.perf_counter()
+        for _ in range(3):
+            launch(_nothing, world_size, backend="gloo")
+        with capsys.disabled():
+            print(f"\nlaunch of {world_size} ranks: {(time.perf_counter() - start) / 3:.3f} s")
+
+
+@pytest.mark.slow
+def test_same_worker_runs_under_torchrun(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(textwrap.dedent("""
+        import torch, torch.distributed as dist
+        from minitorch.distributed import run_from_env, get_rank, get_world_size
+
+        def worker(rank, world_size):
+            x = torch.tensor([float(rank + 1)])
+            dist.all_reduce(x)
+            print(f"rank {get_rank()}/{get_world_size()} sum {x.item():g}", flush=True)
+
+        if __name__ == "__main__":
+            run_from_env(worker, backend="gloo")
+    """))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(script)], capture_output=True, text=True, env=env, timeout=90)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "rank 0/2 sum 3" in result.stdout and "rank 1/2 sum 3" in result.stdout
+
+
+def test_init_from_env_explains_missing_torchrun_variables(monkeypatch):
+    from minitorch.distributed import init_from_env
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(RuntimeError, match="RANK, WORLD_SIZE.*torchrun"):
+        init_from_env()

@@ -1,0 +1,99 @@
+"""The arrows between the repository's roles point one way (see README, "Layout").
+
+An ``ast`` walk over every ``import`` statement, module level and inside functions:
+- no cycle among ``minitorch/`` modules;
+- no provided module imports a student file, except the command-line entry points that
+  exist to run the student's code, and those only inside functions (never at import);
+- ``grader/`` imports nothing from ``kit/``; ``minitorch/`` imports neither.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from grader.layout import PACKAGE, REPOSITORY, STUDENT_FILES
+
+STUDENT_MODULES = {f"{PACKAGE}.{name[:-3]}" for name in STUDENT_FILES}
+# Provided modules whose job is to run the student's code from the command line.
+ENTRY_POINTS = {"minitorch.demos", "minitorch.timeline", "minitorch.companion"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPOSITORY).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> list[tuple[str, bool]]:
+    """``(imported module, at module level?)`` for every import in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, id(node) in top_level) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, id(node) in top_level))
+            found += [(f"{node.module}.{alias.name}", id(node) in top_level) for alias in node.names]
+    return found
+
+
+def graph(folder: str) -> dict[str, list[tuple[str, bool]]]:
+    modules = {module_name(p): p for p in sorted((REPOSITORY / folder).rglob("*.py"))}
+    return {name: [(m, top) for m, top in imports(path) if m in modules] for name, path in modules.items()}
+
+
+def find_cycle(edges: dict[str, list[str]]) -> list[str] | None:
+    state: dict[str, str] = {}
+
+    def visit(node: str, trail: list[str]) -> list[str] | None:
+        state[node] = "open"
+        for target in edges.get(node, []):
+            if state.get(target) == "open":
+                return trail[trail.index(target):] + [target] if target in trail else [node, target]
+            if target not in state:
+                cycle = visit(target, trail + [target])
+                if cycle:
+                    return cycle
+        state[node] = "done"
+        return None
+
+    for start in edges:
+        if start not in state:
+            cycle = visit(start, [start])
+            if cycle:
+                return cycle
+    return None
+
+
+def test_no_cycle_among_minitorch_modules():
+    edges = {name: sorted({m for m, _ in found if m != name}) for name, found in graph("minitorch").items()}
+    assert find_cycle(edges) is None, f"import cycle: {' -> '.join(find_cycle(edges) or [])}"
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": ["b"], "b": ["c"], "c": ["a"]}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": ["b"], "b": []}) is None
+
+
+def test_provided_modules_do_not_import_student_files():
+    offenders = []
+    for name, found in graph("minitorch").items():
+        if name in STUDENT_MODULES:
+            continue
+        for module, top_level in found:
+            if module in STUDENT_MODULES and (name not in ENTRY_POINTS or top_level):
+                offenders.append(f"{name} imports {module}{' at module level' if top_level else ''}")
+    assert not offenders, offenders
+
+
+def test_grader_and_minitorch_never_import_the_kit_builder():
+    for folder in ("grader", "minitorch"):
+        for path in sorted((REPOSITORY / folder).rglob("*.py")):
+            kit = [m for m, _ in imports(path) if m == "kit" or m.startswith("kit.")]
+            assert not kit, f"{path.relative_to(REPOSITORY)} imports {kit}"
+
+
+def test_minitorch_never_imports_the_grader():
+    for path in sorted((REPOSITORY / "minitorch").rglob("*.py")):
+        grader = [m for m, _ in imports(path) if m == "grader" or m.startswith("grader.")]
+        assert not grader, f"{path.relative_to(REPOSITORY)} imports {grader}"
