@@ -182,7 +182,9 @@ def run_batch(
     grader.gradebook.Options, asks for); return the rows in name order.
 
     Raises:
-        ValueError: the folder cannot be read, or the options do not fit (before grading).
+        DiscoveryError, OptionsError, RosterError: the folder cannot be read, or the options do
+            not fit (before anyone is graded).
+        SlotError: no uid slot of this machine is free.
     """
     from grader import gradebook  # it builds on this module's StudentGrade and CSV helpers
 
