@@ -3,9 +3,11 @@
     python -m grader grade PATH [--json FILE] [--gradescope FILE] [--only ...] ...
     python -m grader batch FOLDER --csv FILE [--jobs N] [--html FILE] ...
     python -m grader dashboard REPORTS --html FILE
+    python -m grader slurm write FOLDER --csv FILE --submit ...   (and slurm merge, slurm task)
 
 Each command is a thin layer over a module: ``grade`` over :mod:`grader.grading` (here),
-``batch`` over :mod:`grader.batch`, ``dashboard`` over :mod:`grader.dashboard`. A command module provides ``add_arguments(parser)`` and
+``batch`` over :mod:`grader.batch`, ``dashboard`` over :mod:`grader.dashboard`, ``slurm`` over
+:mod:`grader.cluster`. A command module provides ``add_arguments(parser)`` and
 ``run(args) -> exit status``.
 
 Exit status of ``grade``: 0 when grading ran to completion, whatever the score; 1 with
@@ -28,6 +30,7 @@ COMMANDS = {
     "grade": ("grader.cli", "grade one submission (a folder, a .zip, or a student file)"),
     "batch": ("grader.batch", "grade a folder of submissions into a gradebook CSV"),
     "dashboard": ("grader.dashboard", "build the class dashboard (one HTML file) from a batch's reports folder"),
+    "slurm": ("grader.cluster", "grade a folder of submissions on a Slurm cluster (write, merge, task)"),
 }
 
 

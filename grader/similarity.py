@@ -27,6 +27,7 @@ import bisect
 import io
 import json
 import os
+import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -291,15 +292,22 @@ def similar_to(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
     return partners
 
 
+def read_public(folder: Path) -> dict:
+    """The known solutions of ``folder``, found the way ``batch`` finds students."""
+    from grader.discovery import discover
+
+    with tempfile.TemporaryDirectory() as scratch:
+        found, _ = discover(folder, Path(scratch))
+        return read_sources([(student.name, student.path) for student in found])
+
+
 def run(
     students: list[tuple[str, Path]], threshold: float = DEFAULT_THRESHOLD, public_folder: Path | None = None,
     stubs_folder: Path = STUBS,
 ) -> dict:
     """The similarity pass over ``(name, submission path)``: the content of similarity.json."""
-    from grader.batch import find_students
-
     start = time.monotonic()
-    public = read_sources([(n, p) for n, p, _ in find_students(public_folder)]) if public_folder else {}
+    public = read_public(public_folder) if public_folder else {}
     pairs = find_pairs(read_sources(students), read_stubs(stubs_folder), public, threshold)
     return {
         "schema": SCHEMA, "threshold": threshold, "students": len(students), "public_solutions": len(public),

@@ -10,7 +10,8 @@ import zipfile
 
 import pytest
 
-from grader import batch, cli, similarity
+from grader import cli, similarity
+from grader.discovery import discover
 from grader.layout import REPOSITORY as REPO
 
 CLOCK_CYCLES = re.compile(r"# BEGIN SOLUTION 2\.1\n(.*?)# END SOLUTION", re.S)
@@ -94,7 +95,7 @@ def test_public_solutions_are_compared_with_students_only(tmp_path):
         archive.writestr("hw/pipeline.py", answer_key_source("pipeline.py"))
     for name, text in stub_files().items():
         (tmp_path / "class/honest" / name).write_text(text)
-    students = [(n, p) for n, p, _ in batch.find_students(tmp_path / "class")]
+    students = [(s.name, s.path) for s in discover(tmp_path / "class", tmp_path / "unpacked")[0]]
     result = similarity.run(students, public_folder=tmp_path / "public")
     assert result["public_solutions"] == 3
     assert {(p["a"], p["b"]) for p in result["pairs"]} == {

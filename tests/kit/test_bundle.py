@@ -47,6 +47,7 @@ def test_the_bundle_ships_the_grading_engine_and_nothing_else(autograder_zip):
     assert grader_files == {
         "grader/__init__.py", "grader/__main__.py", "grader/batch.py", "grader/child.py", "grader/cli.py",
         "grader/dashboard.py", "grader/similarity.py", "grader/templates/dashboard.html.j2",
+        "grader/canvas.py", "grader/cluster.py", "grader/discovery.py", "grader/gradebook.py", "grader/regrade.py",
         "grader/gradescope_run.py", "grader/grading.py", "grader/harness.py", "grader/layout.py", "grader/policy.py",
         "grader/processes.py", "grader/protocol.py", "grader/report.py", "grader/rubric.py", "grader/rubric.toml",
         "grader/submission.py", "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/compare.py",
