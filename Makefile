@@ -63,10 +63,10 @@ gradescope: $(STAMP)
 # package's newest release has dropped Python 3.10, and pip applies them itself.
 LOCK_INPUTS := requirements.txt requirements-bench.txt requirements-dev.txt
 define LOCK_HEADER
-# The tested pins, for Python 3.10-3.13 on Linux, macOS and Windows, written by `make lock`
+# The tested pins, for Python 3.10-3.13 on Linux, macOS and Windows, written by the course repository's `make lock`
 # (uv pip compile --universal: one resolution, forked by environment markers that pip applies).
 # `make lock` keeps these versions where they still resolve; `make lock UPGRADE=1` takes the
-# newest. `make test` checks that they resolve for each Python on Linux x86_64 and macOS arm64.
+# newest. Its `make test` checks that they resolve for each Python on Linux x86_64 and macOS arm64.
 # Install: pip install -c constraints.txt -r requirements.txt (torch: see TORCH_INDEX_URL).
 endef
 export LOCK_HEADER

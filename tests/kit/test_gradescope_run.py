@@ -120,13 +120,6 @@ def test_gradescope_stopping_the_run_midway_leaves_the_criteria_already_graded(t
     assert "Grading has not finished" in results["output"]
 
 
-def make_zip(path: Path, entries: dict[str, bytes]) -> Path:
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in entries.items():
-            archive.writestr(name, data)
-    return path
-
-
 def test_what_gradescope_unpacked_is_found_and_the_rest_is_said(tmp_path):
     upload = tmp_path / "submission"
     (upload / "__MACOSX" / "hw5").mkdir(parents=True)
@@ -149,7 +142,9 @@ def test_what_gradescope_unpacked_is_found_and_the_rest_is_said(tmp_path):
 def test_an_archive_gradescope_left_packed_is_handed_to_the_grader(tmp_path):
     upload = tmp_path / "submission"
     upload.mkdir()
-    archive = make_zip(upload / "hw5.zip", {"hw5/pipeline.py": b"P = 1\n"})
+    archive = upload / "hw5.zip"
+    with zipfile.ZipFile(archive, "w") as packed:
+        packed.writestr("hw5/pipeline.py", "P = 1\n")
     (tmp_path / "scratch").mkdir()
     target, notes = prepare(upload, tmp_path / "scratch")
     assert target.read_bytes() == archive.read_bytes() and notes == ["graded the files inside hw5.zip"]
