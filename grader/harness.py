@@ -103,15 +103,34 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 @contextlib.contextmanager
 def _only_environment(environment: dict[str, str]):
-    """Run the block with exactly ``environment`` (processes started in it inherit only that)."""
-    saved = dict(os.environ)
+    """Run the block with exactly ``environment`` (processes started in it inherit only that).
+
+    Both layers are replaced and restored: ``os.environ`` and the C library's ``environ``,
+    which processes inherit and which can hold variables ``os.environ`` never saw (readline
+    sets ``COLUMNS`` and ``LINES`` there)."""
+    libc = ctypes.CDLL(None)
+    saved, saved_c = dict(os.environ), _c_environment(libc)
+    libc.clearenv()
     os.environ.clear()
     os.environ.update(environment)
     try:
         yield
     finally:
+        libc.clearenv()
         os.environ.clear()
+        for entry in saved_c:
+            name, _, value = entry.partition(b"=")
+            os.putenv(name, value)
         os.environ.update(saved)
+
+
+def _c_environment(libc) -> list[bytes]:
+    """The ``NAME=value`` entries of the C library's ``environ``."""
+    environ = ctypes.POINTER(ctypes.c_char_p).in_dll(libc, "environ")
+    entries: list[bytes] = []
+    while environ[len(entries)] is not None:
+        entries.append(environ[len(entries)])
+    return entries
 
 
 def start_forkserver() -> None:

@@ -92,7 +92,7 @@ def lease_uid(below: int, count: int = SLOT_COUNT) -> int:
     folder = slot_folder()
     skipped = []
     for uid in candidates:
-        if uid in _held or _has_account(uid):
+        if uid in _held or has_account(uid):
             continue
         fd = _try_lock(folder / f"{uid}.lock")
         if fd is None:
@@ -143,7 +143,7 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
-def _has_account(uid: int) -> bool:
+def has_account(uid: int) -> bool:
     try:
         pwd.getpwuid(uid)
     except KeyError:

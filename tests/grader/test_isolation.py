@@ -57,3 +57,29 @@ def test_hiding_plan_keeps_only_a_virtualenv_inside_the_repository(monkeypatch, 
     monkeypatch.setattr(sys, "exec_prefix", str(venv))
     assert harness.hiding_plan(tmp_path) == ((str(REPO.resolve()), (str(site),)),)
     assert harness.hiding_plan(REPO / "scratch") == ()  # the children's tree would be hidden too
+
+
+FORKSERVER_ENVIRONMENT = '''
+import ctypes, os
+from multiprocessing import forkserver
+from grader.harness import _c_environment, forkserver_context, start_forkserver
+os.environ["GRADER_TEST_TOKEN"] = "python-level secret"
+libc = ctypes.CDLL(None)
+libc.setenv(b"GRADER_TEST_C_TOKEN", b"c-level secret", 1)  # as readline sets COLUMNS: os.environ never sees it
+forkserver_context([])
+start_forkserver()
+with open(f"/proc/{forkserver._forkserver._forkserver_pid}/environ", "rb") as environ:
+    print(sorted(item.split(b"=")[0].decode() for item in environ.read().split(b"\\0") if item))
+print(os.environ["GRADER_TEST_TOKEN"], b"GRADER_TEST_C_TOKEN=c-level secret" in _c_environment(libc))
+'''
+
+
+def test_the_forkserver_starts_with_only_the_explicit_environment():
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-c", FORKSERVER_ENVIRONMENT], cwd=REPO, capture_output=True, text=True, timeout=90)
+    assert run.returncode == 0, run.stderr
+    seen, restored = run.stdout.splitlines()
+    assert set(eval(seen)) <= {"PATH", "LANG", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "LC_ALL", "LD_LIBRARY_PATH",
+                               "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}, seen
+    assert restored == "python-level secret True"  # the grader's own environment is back as it was

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import signal
 import subprocess
 import sys
@@ -20,18 +19,10 @@ import pytest
 from grading_helpers import REPO, answer_key_source, write_submission
 
 from grader import processes
-from grader.processes import SlotError, lease_uid, processes_of, return_uid
+from grader.processes import SlotError, has_account, lease_uid, processes_of, return_uid
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="children run as a leased uid only when the grader runs as root")
 TEST_UIDS = 50_000  # the tests lease below this uid, far from the real graders' (below nobody's)
-
-
-def has_account(uid: int) -> bool:
-    try:
-        pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    return True
 
 
 def free_uids(below: int, count: int = 8) -> list[int]:
