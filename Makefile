@@ -24,9 +24,9 @@ help:
 	@echo "make gradescope                 build dist/autograder.zip for Gradescope"
 	@echo "make clean                      remove .venv and build leftovers (the next command reinstalls)"
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt
+$(STAMP): requirements.txt requirements-dev.txt requirements-grader.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements.txt -r requirements-dev.txt -r requirements-grader.txt
 	touch $(STAMP)
 
 venv: $(STAMP)
