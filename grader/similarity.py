@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import importlib.util
 import io
 import json
 import os
@@ -108,6 +109,8 @@ def argument_problem(args: argparse.Namespace) -> str | None:
         return f"--similarity-threshold must be in (0, 1], got {args.similarity_threshold:g}"
     if args.public_solutions is not None and not args.public_solutions.is_dir():
         return f"--public-solutions {args.public_solutions} is not a folder"
+    if importlib.util.find_spec("copydetect") is None:
+        return "copydetect is not installed (make venv installs it from requirements-dev.txt; or pass --no-similarity)"
     try:
         read_stubs()
     except SimilarityError as error:

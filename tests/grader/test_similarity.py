@@ -3,7 +3,9 @@
 (The dashboard tests grade a small class and check the pass end to end, in the CSV and the page.)"""
 from __future__ import annotations
 
+import argparse
 import functools
+import importlib.util
 import json
 import re
 import zipfile
@@ -133,6 +135,14 @@ def test_batch_refuses_bad_similarity_options_before_grading(tmp_path, capsys):
         assert cli.main(["batch", str(tmp_path / "class"), "--csv", str(tmp_path / "g.csv"), *options]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "g.csv").exists()
+
+
+def test_batch_says_when_copydetect_is_missing(tmp_path, monkeypatch):
+    args = argparse.Namespace(no_similarity=False, similarity_threshold=0.5, public_solutions=None)
+    assert similarity.argument_problem(args) is None
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert "copydetect is not installed" in similarity.argument_problem(args)
+    assert similarity.argument_problem(argparse.Namespace(**{**vars(args), "no_similarity": True})) is None
 
 
 def test_missing_kit_stubs_are_named(tmp_path):
