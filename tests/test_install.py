@@ -206,8 +206,14 @@ def kit_copy(folder: Path) -> Path:
     return folder
 
 
+# Variables a calling make (`make test TORCH_INDEX_URL=`) hands down; each test sets its own.
+INHERITED = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TORCH_INDEX_URL", "PYTHON")
+
+
 def make(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", "-C", str(folder), *args], capture_output=True, text=True, timeout=300)
+    environment = {k: v for k, v in os.environ.items() if k not in INHERITED}
+    return subprocess.run(["make", "--no-print-directory", "-C", str(folder), *args], env=environment,
+                          capture_output=True, text=True, timeout=300)
 
 
 def old_python(tmp_path: Path) -> tuple[str, str]:
