@@ -206,11 +206,14 @@ def kit_copy(folder: Path) -> Path:
     return folder
 
 
+# Variables a calling make (`make test TORCH_INDEX_URL=`) hands down; each test sets its own.
+INHERITED = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TORCH_INDEX_URL", "PYTHON")
+
+
 def make(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    """``make`` in ``folder`` as a user would start it: not with the variables of the ``make``
-    running these tests (``make test TORCH_INDEX_URL=`` in CI passes them down in MAKEFLAGS)."""
-    env = {key: value for key, value in os.environ.items() if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "TORCH_INDEX_URL")}
-    return subprocess.run(["make", "--no-print-directory", "-C", str(folder), *args], capture_output=True, text=True, timeout=300, env=env)
+    environment = {k: v for k, v in os.environ.items() if k not in INHERITED}
+    return subprocess.run(["make", "--no-print-directory", "-C", str(folder), *args], env=environment,
+                          capture_output=True, text=True, timeout=300)
 
 
 def old_python(tmp_path: Path) -> tuple[str, str]:
