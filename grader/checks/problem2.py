@@ -133,9 +133,11 @@ def _run_pipe(pipe, x: torch.Tensor, what: str) -> torch.Tensor:
 
 
 def _microbatch_mistake(given: list[int], rows: int, split_size: int) -> str | None:
-    """What is wrong with the microbatch sizes stage 0 was given, counted before anything else."""
+    """What is wrong with the microbatch sizes stage 0 was given, counted before anything else;
+    None when they are right, or when stage 0 did not see every row once (then the calls, not
+    the split, are wrong: later checks say how)."""
     sizes = microbatch_sizes(rows, split_size)
-    if given == sizes:
+    if given == sizes or sum(given) != rows:
         return None
     if len(given) != len(sizes):
         return (
@@ -478,9 +480,11 @@ def judge_call_order(seed: int, params: dict, observation) -> None:
             for j in range(count):
                 ran = [first // split_size for stage, first, _ in run["ran"] if stage == j]
                 if ran != list(range(m)):
+                    late = (f" Stage {j} ran {len(ran)} times for {m} submits: does the callable read i and j when "
+                            "it runs (late binding) instead of binding them when it is made?" if len(ran) != m else "")
                     raise Fail(
                         f"{where}: stage {j} ran microbatches {ran}; expected {list(range(m))} in order "
-                        "(submit (i, j) with microbatch i's output of stage j - 1)"
+                        f"(submit (i, j) with microbatch i's output of stage j - 1).{late}"
                     )
 
 

@@ -1,6 +1,6 @@
-"""Hidden checks for Problem 3 (tensor parallelism), run on gloo with t = 2 and t = 4 in float64,
-and in one plain process without a process group (t = 1: every layer must equal its dense
-counterpart, every communication op must be the identity).
+"""Hidden checks for Problem 3 (tensor parallelism), run on gloo with t = 2 and t = 4 in float64;
+3.1-single-process runs every part once more in one plain process without a process group
+(t = 1: every communication op is the identity, every layer equals its dense counterpart).
 
 Each ``observe_*`` launches the ranks with the grader's own ``minitorch.distributed.launch``
 (t = 1 runs in the observing process itself);
@@ -19,6 +19,7 @@ FROM n elements all record n. Collectives called from inside another one are not
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import traceback
 from pathlib import Path
@@ -32,7 +33,7 @@ from grader.checks import Fail, expect_tensor
 from grader.checks.compare import max_difference
 from grader.layout import PACKAGE, STUDENT_FILES
 
-WORLD_SIZES = (2, 4, 1)  # t = 1: no process group at all (judged last: a plain mistake shows at t = 2 first)
+WORLD_SIZES = (2, 4)  # t = 1 (no process group) is the criterion 3.1-single-process
 S, B, H, HEADS, FFN, VOCAB = 8, 2, 16, 4, 32, 48   # all divisible by 4
 N = S * B * H                                       # elements of one [s, b, h] activation
 TOL = 1e-10
@@ -135,23 +136,43 @@ def _launch(rank_fn, seed: int, params: dict) -> dict:
     for t in params.get("world_sizes", WORLD_SIZES):
         if t == 1:
             results["t1"] = _single_process(rank_fn, seed, params)
-        else:
+            continue
+        try:
             results[f"t{t}"] = launch(rank_fn, t, seed, params, backend="gloo", timeout=LAUNCH_TIMEOUT)
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a rank's exception: the student's, in their terms
+            raise Fail(f"t={t}: your code raised {_student_error(error)}") from None
     return results
 
 
 def _single_process(rank_fn, seed: int, params: dict):
-    """``[rank_fn(0, 1, seed, params)]`` without a process group, or ``{"error": ...}`` with
-    the exception and the student's frames of its traceback."""
+    """``[rank_fn(0, 1, seed, params)]`` without a process group, or ``{"error": ...}``."""
     try:
         return [rank_fn(0, 1, seed, params)]
     except NotImplementedError:
         raise
     except Exception as error:  # noqa: BLE001 - the student's exception is the finding
-        frames = [f'  File "{Path(frame.filename).name}", line {frame.lineno}, in {frame.name}'
-                  for frame in traceback.extract_tb(error.__traceback__)
-                  if Path(frame.filename).name in STUDENT_FILES and Path(frame.filename).parent.name == PACKAGE]
-        return {"error": "\n".join([f"{type(error).__name__}: {str(error)[:500]}", *frames[-6:]])}
+        return {"error": _student_error(error)}
+
+
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<name>.+)$')
+
+
+def _student_error(error: BaseException) -> str:
+    """``Type: message`` and the frames of the student's file in its traceback: this process's
+    traceback, or the rank's (``launch`` attaches it as a note), never the grader's frames."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    text += "\n".join(getattr(error, "__notes__", []))
+    lines, frames = text.splitlines(), []
+    for number, line in enumerate(lines):
+        frame = _FRAME.match(line)
+        if frame and Path(frame["path"]).name in STUDENT_FILES and Path(frame["path"]).parent.name == PACKAGE:
+            code = lines[number + 1].strip() if number + 1 < len(lines) and not _FRAME.match(lines[number + 1]) else ""
+            frames.append(f'  File "{Path(frame["path"]).name}", line {frame["line"]}, in {frame["name"]}'
+                          + (f"\n    {code}" if code else ""))
+    frames = list(dict.fromkeys(frames))  # Python 3.11 prints the notes with the traceback too
+    return "\n".join([f"{type(error).__name__}: {str(error)[:500]}", *frames[-6:]])
 
 
 def _multi_rank(params: dict) -> list[int]:
@@ -163,8 +184,8 @@ def _ranks(observation, t: int) -> list:
     """The rank results of world size ``t``; for t = 1, Fail with what the single process raised."""
     ranks = observation[f"t{t}"]
     if isinstance(ranks, dict):
-        raise Fail(f"t=1 (one process, no process group: every communication op is the identity and every "
-                   f"layer equals its dense counterpart), your code raised {ranks['error']}")
+        raise Fail(f"your code raised {ranks['error']}\n(with no process group, every communication op is the "
+                   "identity and calls no collective: get_world_size() is 1)")
     return ranks
 
 
@@ -511,10 +532,7 @@ def _rank_column_row(rank, t, seed, params):
          _column_block(m["x"], rank, t), m["grad"]),
         ("row_scatter", lambda: tp.RowParallelLinear(IN, OUT, input_is_parallel=False, master=row_master),
          m["x"], m["grad"]),
-        ("column_no_bias", lambda: tp.ColumnParallelLinear(IN, OUT, bias=False, master={"weight": m["weight"]}),
-         m["x"], _column_block(m["grad"], rank, t)),
-        ("row_no_bias", lambda: tp.RowParallelLinear(IN, OUT, bias=False, master={"weight": m["row.weight"]}),
-         _column_block(m["x"], rank, t), m["grad"]),
+        *(_no_bias_variants(tp, m, rank, t) if t > 1 else ()),
     ):
         layer = build()
         x = x.clone().requires_grad_()
@@ -529,6 +547,17 @@ def _rank_column_row(rank, t, seed, params):
     result["row_error"] = _raised(lambda: tp.RowParallelLinear(odd, OUT, master=None))
     result["log"] = list(_LOG)
     return result
+
+
+def _no_bias_variants(tp, m: dict, rank: int, t: int) -> tuple:
+    """The bias=False layers: judged with a process group (t = 1 judges the main configuration only,
+    so an option's mistake costs its own criterion, not 3.1-single-process as well)."""
+    return (
+        ("column_no_bias", lambda: tp.ColumnParallelLinear(IN, OUT, bias=False, master={"weight": m["weight"]}),
+         m["x"], _column_block(m["grad"], rank, t)),
+        ("row_no_bias", lambda: tp.RowParallelLinear(IN, OUT, bias=False, master={"weight": m["row.weight"]}),
+         _column_block(m["x"], rank, t), m["grad"]),
+    )
 
 
 def _dense_linear(weight, bias, x, grad):
@@ -554,10 +583,13 @@ def judge_column_row(seed: int, params: dict, observation) -> None:
     for t in params.get("world_sizes", WORLD_SIZES):
         for r, o in enumerate(_ranks(observation, t)):
             where = f"t={t}, rank {r}"
+            variants = t > 1  # the bias=False layers (see _no_bias_variants)
             for name, dense in (("column", column), ("column_gather", column), ("column_no_bias", column_no_bias)):
-                _judge_column(f"{where}: ColumnParallelLinear({_options(name)})", o[name], dense, m, r, t)
+                if variants or name != "column_no_bias":
+                    _judge_column(f"{where}: ColumnParallelLinear({_options(name)})", o[name], dense, m, r, t)
             for name, dense in (("row", row), ("row_scatter", row), ("row_no_bias", row_no_bias)):
-                _judge_row(f"{where}: RowParallelLinear({_options(name)})", o[name], dense, m, r, t)
+                if variants or name != "row_no_bias":
+                    _judge_row(f"{where}: RowParallelLinear({_options(name)})", o[name], dense, m, r, t)
             if t > 1:
                 _expect_value_error(f"t={t}: ColumnParallelLinear({IN}, {2 * t + 1}) (out_features not "
                                     f"divisible by {t})", o["column_error"])
@@ -701,7 +733,7 @@ def _rank_block(rank, t, seed, params):
     with _Phase("backward"):
         _backward(y, grad)
     result = {"out": _out(y), "grad": _out(x.grad), "param_grads": _grads(module), "log": list(_LOG)}
-    if part == "attention":
+    if part == "attention" and t > 1:  # the options are judged with a process group (see _no_bias_variants)
         heads = t + 1
         result["heads_error"] = _raised(lambda: tp.ParallelSelfAttention(2 * heads, heads))
         everywhere = tp.ParallelSelfAttention(H, HEADS, causal=False, master=_sub(master, "attention"))
@@ -772,7 +804,7 @@ def judge_attention(seed: int, params: dict, observation) -> None:
     params = {**params, "part": "attention"}
     _judge_block(seed, params, observation, "ParallelSelfAttention (causal)", "attention.")
     dense = _DenseLayer(_master(seed))
-    for t in params.get("world_sizes", WORLD_SIZES):
+    for t in _multi_rank(params):  # the options are judged with a process group (see _no_bias_variants)
         data = _activations(seed, t)
         x = data["x"].clone().requires_grad_()
         y = dense.attend(x, causal=False)
@@ -781,8 +813,6 @@ def judge_attention(seed: int, params: dict, observation) -> None:
             where = f"t={t}, rank {r}: ParallelSelfAttention(causal=False)"
             _expect(f"{where} output (every position attends to every position)", o["non_causal"]["out"], y.detach())
             _expect(f"{where} input grad", o["non_causal"]["grad"], x.grad)
-            if t == 1:
-                continue
             _expect_value_error(f"t={t}: ParallelSelfAttention({2 * (t + 1)}, num_heads={t + 1}) "
                                 f"(heads not divisible by {t})", o["heads_error"])
             where = f"t={t}, rank {r}: ParallelSelfAttention"
@@ -1015,3 +1045,37 @@ def _partial_grads(seed: int, t: int) -> dict[str, list[torch.Tensor]]:
         partial["attention.out.bias"].append(g_attention[block].sum(dim=(0, 1)))
         partial["mlp.fc2.bias"].append(g_mlp[block].sum(dim=(0, 1)))
     return partial
+
+
+# ======================================================================================
+# 3.1 one process, no process group (t = 1)
+# ======================================================================================
+# (part, what it builds, its rank function, extra params, its judge): every other criterion's
+# run, once more in this process with no process group, judged by that criterion's judge.
+SINGLE_PROCESS_PARTS = (
+    ("fg", "f and g", _rank_fg, {}, judge_fg),
+    ("scatter_gather", "the scatter/gather ops", _rank_scatter_gather, {}, judge_scatter_gather),
+    ("column_row", "the column- and row-parallel linear layers", _rank_column_row, {}, judge_column_row),
+    ("mlp", "ParallelMLP", _rank_block, {"part": "mlp"}, judge_mlp),
+    ("attention", "ParallelSelfAttention", _rank_block, {"part": "attention"}, judge_attention),
+    ("layer", "ParallelTransformerLayer", _rank_block, {"part": "layer"}, judge_layer),
+    ("embedding", "VocabParallelEmbedding", _rank_embedding, {}, judge_embedding),
+    ("fused_loss", "vocab_parallel_cross_entropy", _rank_fused_loss, {}, judge_fused_loss),
+    ("sequence_parallel", "ParallelTransformerLayer(sequence_parallel=True)", _rank_block,
+     {"part": "layer", "sequence_parallel": True}, judge_sequence_parallel),
+)
+
+
+def observe_single_process(seed: int, params: dict):
+    """Runs every part of Problem 3 in this process, without a process group (t = 1)."""
+    _install_recorder()
+    return {name: _single_process(rank_fn, seed, {**params, **extra})
+            for name, _, rank_fn, extra, _ in SINGLE_PROCESS_PARTS}
+
+
+def judge_single_process(seed: int, params: dict, observation) -> None:
+    for name, what, _, _, judge in SINGLE_PROCESS_PARTS:
+        try:
+            judge(seed, {**params, "world_sizes": [1]}, {"t1": observation[name]})
+        except Fail as failure:
+            raise Fail(f"{what}, in one process without a process group (t = 1): {failure}") from None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -44,6 +45,8 @@ ENTRY_KEYS = {
     "extra_file", "settings", "expect_review", "expect_policy", "expect_note", "requires_root",
 }
 BOUND_SECONDS = 60  # any entry, hostile ones included, is graded within this
+# A student's message never shows the grader's modules or files (grader.checks..., .../grader/...).
+GRADER_INTERNALS = re.compile(r"\bgrader\.(checks|child|harness|grading|protocol)\b|[/\\]grader[/\\]")
 
 
 def load_entry(path: Path) -> dict:
@@ -123,6 +126,9 @@ def test_catalogue_entry(path: Path, tmp_path: Path):
             assert result.status in ("passed", "blocked"), f"{result.id} should pass, got {result.status}: {result.message}"
     for criterion, text in entry.get("expect_message", {}).items():
         assert text in messages[criterion], f"{criterion}: {text!r} not in message {messages[criterion]!r}"
+    if not entry.get("expect_review", False):  # a tampering report names what the submission touched
+        internals = {r.id: r.message for r in report.results if GRADER_INTERNALS.search(r.message)}
+        assert not internals, f"messages show the grader's internals: {internals}"
     assert report.needs_review == entry.get("expect_review", False), f"needs review: {report.review}"
     found = {finding["name"] for finding in report.policy_findings}
     assert set(entry.get("expect_policy", [])) <= found, f"policy findings: {sorted(found)}"

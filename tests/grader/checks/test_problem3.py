@@ -19,7 +19,7 @@ from grader.checks import problem3 as checks
 pytestmark = pytest.mark.multirank  # launches torch.distributed ranks (left out of make test-fast)
 
 NAMES = ["fg", "scatter_gather", "column_row", "mlp", "attention", "layer", "embedding",
-         "fused_loss", "sequence_parallel"]
+         "fused_loss", "sequence_parallel", "single_process"]
 SEED = 20240
 
 
