@@ -12,6 +12,8 @@ import time
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from grader import batch
 from grader.layout import REPOSITORY as REPO
 from kit import handout
@@ -137,6 +139,7 @@ def test_duplicate_names_are_both_graded_and_flagged(tmp_path):
     ]
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_real_grader_on_three_submissions(tmp_path):
     """Answer key (folder), stubs (folder) and answer key (zip) through `python -m grader batch`."""
     key, stub = tmp_path / "class" / "key", tmp_path / "class" / "stub"

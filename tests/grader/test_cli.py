@@ -10,6 +10,7 @@ import sys
 import time
 import zipfile
 
+import pytest
 from grading_helpers import REPO, answer_key_source, stub_files, write_submission
 
 CRITERION_FIELDS = {"id", "problem", "title", "points", "earned", "status", "message", "seconds"}
@@ -22,6 +23,7 @@ def run_grader(*args, timeout=240) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_answer_key_full_marks(tmp_path):
     report_path, gradescope_path = tmp_path / "report.json", tmp_path / "results.json"
     run = run_grader("minitorch", "--require-full", "--json", report_path, "--gradescope", gradescope_path)
@@ -48,6 +50,7 @@ def test_answer_key_full_marks(tmp_path):
     assert "Total" in run.stdout and "2.2-call-order" in run.stdout
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_stub_scores_zero_with_not_implemented(tmp_path):
     folder = write_submission(tmp_path / "stub", stub_files())
     run = run_grader(folder, "--require-full", "--json", tmp_path / "r.json")
@@ -60,6 +63,7 @@ def test_stub_scores_zero_with_not_implemented(tmp_path):
             assert criterion["message"].startswith(f"not implemented yet (Problem {criterion['problem']})"), criterion
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_zip_with_a_top_folder(tmp_path):
     path = tmp_path / "alice.zip"
     with zipfile.ZipFile(path, "w") as archive:
@@ -68,6 +72,7 @@ def test_zip_with_a_top_folder(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_usage_errors_exit_2(tmp_path):
     missing = run_grader(tmp_path / "nope", "--gradescope", tmp_path / "results.json")
     assert missing.returncode == 2 and "no such file" in missing.stderr
@@ -76,6 +81,7 @@ def test_usage_errors_exit_2(tmp_path):
     assert unknown.returncode == 2 and "--only 9.9" in unknown.stderr
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_partial_report_survives_a_killed_grader(tmp_path):
     hang = answer_key_source().replace(
         "        microbatches = list(torch.split(x, self.split_size))",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from grader.layout import REPOSITORY as REPO
+from grader.layout import provided_files
 from kit import bundle, handout
 
 
@@ -55,7 +56,26 @@ def test_layout_scripts_and_pins(autograder_zip):
         assert archive.read("grader/rubric.toml") == (REPO / "grader" / "rubric.toml").read_bytes()
     assert "grader/__init__.py" in names and "minitorch/runtime.py" in names
     for script in ("setup.sh", "run_autograder"):
-        subprocess.run(["bash", "-n", str(REPO / "grader" / "gradescope" / script)], check=True)
+        subprocess.run(["bash", "-n", str(REPO / "kit" / "gradescope" / script)], check=True)
+
+
+def test_the_bundle_ships_the_grading_engine_and_nothing_else(autograder_zip):
+    with zipfile.ZipFile(autograder_zip) as archive:
+        names = set(archive.namelist())
+        grader_files = {n for n in archive.namelist() if n.startswith("grader/")}
+        top = {n for n in archive.namelist() if "/" not in n}
+        minitorch_files = {n for n in archive.namelist() if n.startswith("minitorch/")}
+    assert grader_files == {
+        "grader/__init__.py", "grader/__main__.py", "grader/batch.py", "grader/child.py", "grader/cli.py",
+        "grader/gradescope_run.py", "grader/grading.py", "grader/harness.py", "grader/layout.py", "grader/policy.py",
+        "grader/processes.py", "grader/protocol.py", "grader/report.py", "grader/rubric.py", "grader/rubric.toml",
+        "grader/submission.py", "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/compare.py",
+        "grader/checks/performance.py", "grader/checks/problem2.py", "grader/checks/problem3.py",
+        "grader/checks/problem4.py",
+    }  # never the kit builder, the tests or the grader's self-test check
+    assert top == {"setup.sh", "run_autograder", "requirements.txt", "constraints.txt"}
+    assert minitorch_files == {f"minitorch/{p.name}" for p in provided_files()}
+    assert names == grader_files | top | minitorch_files  # nothing else: no kit/, tests/, handout/
 
 
 def test_no_answer_key_inside(autograder_zip):
@@ -77,12 +97,14 @@ def test_no_answer_key_inside(autograder_zip):
             assert not any(region in text for region in regions), f"{name} contains answer-key code"
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_results_json_is_written_when_python_cannot_even_start(autograder_zip, tmp_path):
     root = unpack(autograder_zip, tmp_path, {"pipeline.py": ""})
     results = run_autograder(root, python=str(tmp_path / "no-such-python"))
     assert results["score"] == 0 and "course staff" in results["output"]
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_results_json_is_written_when_the_grader_crashes(autograder_zip, tmp_path):
     root = unpack(autograder_zip, tmp_path, {"pipeline.py": ""})
     (root / "source" / "grader" / "__main__.py").write_text("raise RuntimeError('grader bug 1234')\n")
@@ -91,6 +113,7 @@ def test_results_json_is_written_when_the_grader_crashes(autograder_zip, tmp_pat
     assert "exit status 1" in results["output"] and "grader bug 1234" in results["output"]
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_answer_key_scores_every_point_it_can(autograder_zip, tmp_path):
     # Nested as a student's zip often is: the files are found wherever they are.
     files = {f"hw/minitorch/{n}": (REPO / "minitorch" / n).read_text()
@@ -102,6 +125,7 @@ def test_answer_key_scores_every_point_it_can(autograder_zip, tmp_path):
     assert results["score"] == sum(t["score"] for t in results["tests"]) > 0
 
 
+@pytest.mark.slow  # a whole grader run in a subprocess
 def test_stubs_score_zero(autograder_zip, tmp_path):
     files = {n: handout.strip_solutions((REPO / "minitorch" / n).read_text(), n)
              for n in handout.STUDENT_FILES if (REPO / "minitorch" / n).exists()}
