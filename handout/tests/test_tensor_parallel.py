@@ -153,7 +153,7 @@ def leaves(master):
 # 3.1 communication ops
 # ----------------------------------------------------------------------------------------
 @pytest.mark.problem_3_1
-@pytest.mark.criterion("3.1-f-g", "3.1-scatter-gather")
+@pytest.mark.criterion("3.1-single-process")
 def test_comm_ops_are_identities_without_a_process_group():
     x = torch.randn(4, 2, 6, dtype=DT, requires_grad=True)
     for op in (tp.copy_to_tensor_model_parallel_region, tp.reduce_from_tensor_model_parallel_region,
@@ -476,7 +476,7 @@ def test_sequence_parallel_layer_equals_dense_without_activation_all_reduces(t):
 # one plain process, no process group: t = 1, every layer equals its dense counterpart
 # ----------------------------------------------------------------------------------------
 @pytest.mark.problem_3_2
-@pytest.mark.criterion("3.2-column-row")
+@pytest.mark.criterion("3.1-single-process")
 def test_linear_layers_without_a_process_group_equal_nn_linear():
     g = torch.Generator().manual_seed(70)
     linear, x = {"weight": randn(g, OUT, IN), "bias": randn(g, OUT)}, randn(g, S, B, IN)
@@ -485,7 +485,7 @@ def test_linear_layers_without_a_process_group_equal_nn_linear():
 
 
 @pytest.mark.problem_3_3
-@pytest.mark.criterion("3.3-mlp", "3.3-attention", "3.3-layer")
+@pytest.mark.criterion("3.1-single-process")
 def test_blocks_without_a_process_group_equal_dense():
     g = torch.Generator().manual_seed(71)
     m, x = make_master(71), randn(g, S, B, H)
@@ -497,7 +497,7 @@ def test_blocks_without_a_process_group_equal_dense():
 
 
 @pytest.mark.problem_3_4
-@pytest.mark.criterion("3.4-embedding", "3.4-fused-loss")
+@pytest.mark.criterion("3.1-single-process")
 def test_vocab_parallel_without_a_process_group_equals_dense():
     g = torch.Generator().manual_seed(72)
     table, ids, logits = randn(g, VOCAB, H), torch.randint(0, VOCAB, (S, B), generator=g), randn(g, S, B, VOCAB)
@@ -507,7 +507,7 @@ def test_vocab_parallel_without_a_process_group_equals_dense():
 
 
 @pytest.mark.problem_3_5
-@pytest.mark.criterion("3.5-sequence-parallel")
+@pytest.mark.criterion("3.1-single-process")
 def test_sequence_parallel_layer_without_a_process_group_equals_dense():
     g = torch.Generator().manual_seed(73)
     m, x = make_master(73), randn(g, S, B, H)

@@ -16,6 +16,9 @@ the tests do not run as root: the defence needs it). Every entry is graded like 
 line does it, writing the JSON and Gradescope reports after every criterion; afterwards both
 must still be the parent's, complete and consistent (a hostile child must not have changed
 them), and no process the child started may be left.
+
+The last test runs the public tests of the student kit on a few entries: the tests marked with
+a criterion the entry loses must fail there too (public parity).
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ import dataclasses
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +36,7 @@ import pytest
 from grading_helpers import answer_key_source, grade_folder, leftover_processes, write_submission
 
 from grader import report as reports
+from grader.layout import REPOSITORY
 from grader.protocol import write_json_report
 from grader.rubric import load_rubric
 
@@ -142,3 +148,69 @@ def test_old_must_occur_once():
     entry = {"file": "pipeline.py", "replace": [{"old": "torch", "new": "x"}]}
     with pytest.raises(AssertionError, match="occurs .* times"):
         build_source(entry, "example")
+
+
+# --- public parity on real mistakes ---------------------------------------------------------
+# For a catalogue entry, every criterion it must lose has a public test (marked
+# @pytest.mark.criterion(<id>)) that fails on the same code, run in a copy of the student kit,
+# so a student learns locally what the grader will say. Each entry costs a pytest run of the
+# kit's marked tests (seconds), so this runs on the classes students most often get past the
+# public tests, not the whole catalogue (that every criterion has a marked public test at all
+# is tests/kit/test_public_tests.py's check).
+
+PARITY_KIT = REPOSITORY / "handout"
+PARITY_ENTRIES = [
+    "transfer-guarded-by-device",   # a move on the calling thread that only happens between devices
+    "chunk-instead-of-split",       # the right number of microbatches, the wrong sizes
+    "serial-waves",                 # call order and concurrency
+    "reraise-copy",                 # a copy of the stage's exception, not the stage's own
+]
+
+PARITY_PLUGIN = '''
+import json, os
+
+WANTED = set(os.environ["PARITY_CRITERIA"].split(","))
+RESULTS = {}
+
+def pytest_collection_modifyitems(config, items):
+    keep = []
+    for item in items:
+        criteria = {c for marker in item.iter_markers("criterion") for c in marker.args} & WANTED
+        if criteria:
+            RESULTS[item.nodeid] = {"criteria": sorted(criteria), "failed": False}
+            keep.append(item)
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep
+
+def pytest_runtest_logreport(report):
+    if report.failed and report.nodeid in RESULTS:
+        RESULTS[report.nodeid]["failed"] = True
+
+def pytest_sessionfinish(session):
+    with open(os.environ["PARITY_OUT"], "w") as handle:
+        json.dump(RESULTS, handle)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PARITY_ENTRIES)
+def test_public_tests_fail_where_the_grader_does(name: str, tmp_path: Path):
+    entry = load_entry(CATALOGUE / f"{name}.toml")
+    kit = tmp_path / "kit"
+    shutil.copytree(PARITY_KIT, kit, ignore=shutil.ignore_patterns(".venv", "__pycache__", ".pytest_cache", ".hypothesis"))
+    for file in ("pipeline.py", "tensor_parallel.py"):  # the answer key, then the entry's mistake
+        shutil.copyfile(REPOSITORY / "minitorch" / file, kit / "minitorch" / file)
+    for file, text in submission_files(entry, name).items():
+        (kit / "minitorch" / file).write_text(text)
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "parity_plugin.py").write_text(PARITY_PLUGIN)
+    out = tmp_path / "results.json"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "plugin"), "PARITY_OUT": str(out),
+           "PARITY_CRITERIA": ",".join(entry["lose"]), "HYPOTHESIS_PROFILE": "ci"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "parity_plugin", "-p", "no:cacheprovider"],
+                         cwd=kit, env=env, capture_output=True, text=True, timeout=100)
+    assert out.exists(), run.stdout[-2000:] + run.stderr[-2000:]
+    results = json.loads(out.read_text())
+    caught = {criterion for result in results.values() if result["failed"] for criterion in result["criteria"]}
+    missed = sorted(set(entry["lose"]) - caught)
+    assert not missed, f"{name}: no public test fails for {missed}; ran {sorted(results)}"

@@ -273,14 +273,19 @@ class StageFailure(Exception):
 
 
 class FailsOnce(nn.Module):
+    """Raises on its second call (microbatch 1) while ``fail`` is set. With 3 stages and 3
+    microbatches that is in wave 2, before stage 2's microbatch 0 is received."""
+
     def __init__(self):
         super().__init__()
         self.linear = nn.Linear(6, 6)
         self.fail = True
+        self.calls = 0
         self.raised = None
 
     def forward(self, x):
-        if self.fail:
+        self.calls += 1
+        if self.fail and self.calls == 2:
             self.raised = StageFailure("stage 1 refused this batch")
             raise self.raised
         return self.linear(x)
@@ -297,7 +302,8 @@ def test_stage_exception_reaches_caller_and_pipe_is_reusable(pipe_factory):
     assert caught.value is stages[1].raised, "re-raise the stage's own exception object, not a copy"
     stages[1].fail = False
     x = torch.randn(6, 6)
-    torch.testing.assert_close(pipe(x), run_sequentially(stages, x), rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(pipe(x), run_sequentially(stages, x), rtol=RTOL, atol=ATOL,
+                               msg="the next call is wrong: receive the rest of the wave before raising")
 
 
 @pytest.mark.problem_2_2
