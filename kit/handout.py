@@ -213,7 +213,7 @@ def _kit_files(student_files: list[str]) -> dict[str, str | bytes | Path]:
     files["submit.py"] = KIT_TEMPLATES / "submit.py"  # what `make submit` runs
     # The README and the pictures it links (figures/*.svg), all computed at build time.
     rubric = REPO / DEFAULT_RUBRIC.relative_to(REPOSITORY)
-    files.update(writeup.render_files(REPO / "writeup" / "README.md.in", rubric))
+    files.update(writeup.render_files(REPO / "writeup" / "README.md.in", rubric, public))
     return files
 
 
