@@ -124,11 +124,12 @@ def make_class(folder: Path, students: int, copies: int, seed: int) -> tuple[set
 
 
 def measure(students: int, copies: int, seed: int = 0) -> dict:
-    from grader.batch import find_students
+    from grader.discovery import discover
 
     with tempfile.TemporaryDirectory() as temporary:
         planted, public = make_class(Path(temporary), students, copies, seed)
-        entries = [(name, path) for name, path, _ in find_students(Path(temporary) / "class")]
+        found, _ = discover(Path(temporary) / "class", Path(temporary) / "unpacked")
+        entries = [(student.name, student.path) for student in found]
         start, cpu = time.monotonic(), time.process_time()
         result = similarity.run(entries, public_folder=public)
         seconds, cpu = time.monotonic() - start, time.process_time() - cpu
