@@ -252,8 +252,10 @@ def test_the_page_shows_the_class_as_the_reports_say(graded, dom):
         if graded_here:
             rate = 100 * statuses.count("passed") / len(graded_here)
             assert f"{statuses.count('passed')}/{len(graded_here)} ({rate:.0f}%)" in row.text
-    # what the class was built to show: 2.1's waves are right for the key, the copy and wrong-pipe only
-    assert (rows["2.1-schedule"].attrs["data-passed"], rows["2.1-schedule"].attrs["data-graded"]) == ("3", "6")
+    # what the class was built to show: 2.1's waves hold the right pairs for all but the stubs and
+    # the hostile student; wrong-schedule lists a wave's stages in reverse, which only 2.1-stage-order takes
+    assert (rows["2.1-schedule"].attrs["data-passed"], rows["2.1-schedule"].attrs["data-graded"]) == ("4", "6")
+    assert (rows["2.1-stage-order"].attrs["data-passed"], rows["2.1-stage-order"].attrs["data-graded"]) == ("3", "6")
     assert rows["4.1-peak-in-flight"].attrs["data-passed"] == "2"
     rates = [int(r.attrs["data-passed"]) / int(r.attrs["data-graded"]) for r in rows.values() if r.attrs["data-graded"] != "0"]
     assert rates == sorted(rates), "criteria are not sorted from the hardest"
