@@ -116,7 +116,8 @@ def test_gradescope_stopping_the_run_midway_leaves_the_criteria_already_graded(t
         process.wait()
     results = json.loads(results_file.read_text())  # written atomically: never half a file
     names = [t["name"].split(":")[0] for t in results["tests"]]
-    assert names[:2] == ["2.1-schedule", "2.1-errors"] and results["score"] == 8
+    graded = load_rubric().active()[:len(names)]  # the answer key passes each: the score is their points
+    assert len(names) >= 2 and names == [c.id for c in graded] and results["score"] == sum(c.points for c in graded)
     assert "Grading has not finished" in results["output"]
 
 
