@@ -430,23 +430,53 @@ class Harness:
         outcome.orphans = orphans
         return outcome
 
-    def _escaped(self, group: int | None) -> set[int]:
-        """Live processes of the leased uid outside the process group ``group`` (the child's,
-        which kill_group has just killed); empty when the children do not run as a leased uid."""
+    def _on_leased_uid(self) -> tuple[set[int], set[int]]:
+        """Live processes of the leased uid: ``(ours, foreign)``. Ours descend from this
+        process (the forkserver is its child, orphans are re-parented to it): a process
+        started by a child stays below it, wherever it hid. A foreign one means that some
+        other program runs as this uid (a grader of an older version, a service that took a
+        uid without an account); it is never counted or killed. Both are empty when the
+        children do not run as a leased uid (not root, or children fell back to root)."""
         if self.leased is None or self.user is None:
-            return set()
-        return {int(p["Pid"]) for p in _live_processes(self.leased) if _group_of(int(p["Pid"])) not in (group, None)}
+            return set(), set()
+        live = {int(p["Pid"]) for p in _live_processes(self.leased)}
+        if not live:
+            return set(), set()
+        parents, me = _parents(), os.getpid()
+        ours = {pid for pid in live if _descends_from(pid, me, parents)}
+        return ours, live - ours
 
-    def _kill_leased_uid(self) -> None:
-        """Kill everything the children's leased uid runs: safe, because no other grader and
-        no account uses that uid (see lease_uid). Does nothing when the children do not run
-        as it (the grader is not root, or children fell back to root)."""
-        if self.leased is None or self.user is None or not _live_processes(self.leased):
+    def _escaped(self, group: int | None) -> set[int]:
+        """This grader's live processes of the leased uid outside the process group ``group``
+        (the child's, which kill_group has just killed)."""
+        return {pid for pid in self._on_leased_uid()[0] if _group_of(pid) not in (group, None)}
+
+    def _kill_leased_uid(self, deadline_s: float = 5.0) -> None:
+        """Kill every process the children left on the leased uid. Normally nothing else runs
+        as it (see lease_uid), and ``kill(-1)`` as that uid kills them all in one system call,
+        a fork bomb included; if a foreign process shares the uid, only ours are killed, one
+        by one, and the TA is told."""
+        ours, foreign = self._on_leased_uid()
+        if not ours:
             return
+        assert self.leased is not None and self.user is not None  # ours is empty otherwise
         before = _own_children()
-        if self._run_helper(child.kill_uid, self.leased, self.user[1]) != 0 and _live_processes(self.leased):
-            raise HarnessError(f"could not kill the processes of the children's uid {self.leased}")
-        _sweep_orphans(before)
+        if not foreign:
+            self._run_helper(child.kill_uid, self.leased, self.user[1])
+            _sweep_orphans(before, 0.2)
+            ours = self._on_leased_uid()[0]  # normally none; never kill a pid seen before the helper ran
+        else:
+            print(f"grader: uid {self.leased} also runs processes this grader did not start ({sorted(foreign)[:5]}); "
+                  "only its own were killed", file=sys.stderr)
+        deadline = time.monotonic() + deadline_s
+        while ours and time.monotonic() < deadline:
+            for pid in ours:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            _sweep_orphans(before, 0.2)
+            ours = self._on_leased_uid()[0]
+        if ours:
+            raise HarnessError(f"could not kill the processes of the children's uid {self.leased}: {sorted(ours)[:5]}")
 
     def _outcome(self, process, job: child.Job, timed_out: bool, seconds: float) -> Outcome:
         output_path, result_path = Path(job.output_path), Path(job.result_path)
@@ -507,20 +537,34 @@ def _set_subreaper(on: bool) -> bool | None:
         return None
 
 
-def _own_children() -> set[int]:
-    """Pids whose parent is this process (from /proc)."""
-    me, found = os.getpid(), set()
+def _parents() -> dict[int, int]:
+    """``{pid: parent pid}`` of every process on this machine (from /proc)."""
+    found = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
-                fields = stat_file.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
+                found[int(entry.name)] = int(stat_file.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
-        if int(fields[1]) == me:
-            found.add(int(entry.name))
     return found
+
+
+def _own_children() -> set[int]:
+    """Pids whose parent is this process."""
+    me = os.getpid()
+    return {pid for pid, parent in _parents().items() if parent == me}
+
+
+def _descends_from(pid: int, ancestor: int, parents: dict[int, int]) -> bool:
+    seen = set()
+    while pid > 1 and pid not in seen:
+        if pid == ancestor:
+            return True
+        seen.add(pid)
+        pid = parents.get(pid, 0)
+    return False
 
 
 def _sweep_orphans(before: set[int], deadline_s: float = 5.0) -> set[int]:

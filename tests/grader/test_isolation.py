@@ -74,6 +74,7 @@ print(os.environ["GRADER_TEST_TOKEN"], b"GRADER_TEST_C_TOKEN=c-level secret" in 
 '''
 
 
+@pytest.mark.slow  # a fresh Python that imports torch, in a subprocess
 def test_the_forkserver_starts_with_only_the_explicit_environment():
     import subprocess
 

@@ -154,3 +154,37 @@ def test_answer_key_keeps_full_marks_beside_a_submission_that_kills_everything(t
     while named(name) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not named(name), "the killer outlived its grader"
+
+
+@ROOT_ONLY
+def test_a_foreign_process_on_the_leased_uid_is_neither_counted_nor_killed(tmp_path, monkeypatch):
+    """Another program runs as the uid (a grader of an older version): the grader kills and
+    counts only what its own children left, never the stranger."""
+    from grading_helpers import grade_folder
+
+    from grader import harness
+
+    uid = lease_uid(TEST_UIDS - 300, count=8)
+    stranger = subprocess.run(["sh", "-c", "sleep 60 > /dev/null 2>&1 & echo $!"], user=uid, capture_output=True,
+                              text=True, timeout=30, start_new_session=True)
+    stranger_pid = int(stranger.stdout)  # re-parented away from this process: not one of the grader's
+    monkeypatch.setattr(harness, "lease_uid", lambda below: uid)
+    sleeper = answer_key_source().replace("        microbatches = list(torch.split(x, self.split_size))", """        import os, time
+        if not getattr(Pipe, "_daemon", False):
+            Pipe._daemon = True
+            if os.fork() == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    time.sleep(100000)
+                os._exit(0)
+        microbatches = list(torch.split(x, self.split_size))""")
+    try:
+        report = grade_folder(write_submission(tmp_path / "sleeper", {"pipeline.py": sleeper}), only=["2.2-forward"])
+        assert report.environment["children_uid"] == uid
+        assert report.results[0].status == "passed", report.results[0].message
+        assert any("2.2-forward: your code left 1 process(es)" in note for note in report.notes), report.notes
+        os.kill(stranger_pid, 0)  # still alive
+        assert [int(p["Pid"]) for p in processes_of(uid)] == [stranger_pid]
+    finally:
+        os.kill(stranger_pid, signal.SIGKILL)
+        return_uid(uid)
