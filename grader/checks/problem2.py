@@ -183,28 +183,42 @@ def _observe_waves() -> dict:
     runs = []
     for m, k in SCHEDULE_CASES:
         limit = m + k + 8  # an endless generator is cut off, not waited for
-        waves, yielded, pairs = [], [], []
-        for wave in itertools.islice(clock_cycles(m, k), limit):
-            waves.append(wave)
-            yielded.append(repr(wave)[:500])
-            pairs.append(_pairs(wave))
-        runs.append({"M": m, "K": k, "waves": yielded, "pairs": pairs, "after": [repr(w)[:500] for w in waves]})
+        waves, yielded, pairs, error = [], [], [], None
+        try:
+            for wave in itertools.islice(clock_cycles(m, k), limit):
+                waves.append(wave)
+                yielded.append(repr(wave)[:500])
+                pairs.append(_pairs(wave))
+        except NotImplementedError:
+            raise
+        except Exception as raised:  # noqa: BLE001 - judged with the case it belongs to (e.g. only M = 0)
+            error = f"{type(raised).__name__}: {str(raised)[:300]}"
+        runs.append({"M": m, "K": k, "waves": yielded, "pairs": pairs, "after": [repr(w)[:500] for w in waves],
+                     "error": error})
     produced = clock_cycles(*SHOWN_CASE)
     iterator = iter(produced) is produced and hasattr(produced, "__next__")
     return {"runs": runs, "iterator": iterator, "type": type(produced).__name__}
 
 
-def _runs(observation, microbatches: bool):
-    """The runs with M >= 1 (``microbatches``) or with M == 0, as (call, expected waves, run)."""
+def _runs(observation, microbatches: bool, judge_errors: bool = True):
+    """The runs with M >= 1 (``microbatches``) or with M == 0, as (call, expected waves, run).
+    A run that raised is a Fail when ``judge_errors`` (the criterion of those cases), else left
+    out (a convention's criterion does not pay again for a wrong schedule)."""
     for run in observation["runs"]:
         m, k = run["M"], run["K"]
-        if (m >= 1) == microbatches:
-            yield f"clock_cycles({m}, {k})", list(reference_clock_cycles(m, k)), run
+        if (m >= 1) != microbatches or (run["error"] is not None and not judge_errors):
+            continue
+        call, expected = f"clock_cycles({m}, {k})", list(reference_clock_cycles(m, k))
+        if run["error"] is not None:
+            after = f" after yielding {len(run['waves'])} waves" if run["waves"] else ""
+            raise Fail(f"{call} raised {run['error']}{after}; expected {len(expected)} waves" +
+                       ("" if microbatches else " (none: M = 0 is valid and has no microbatches)"))
+        yield call, expected, run
 
 
 def _no_wave_at_all(observation) -> None:
     """Fail when no call with microbatches yielded anything (a criterion must not pass on nothing)."""
-    if not any(run["waves"] for _, _, run in _runs(observation, microbatches=True)):
+    if not any(run["waves"] for _, _, run in _runs(observation, microbatches=True, judge_errors=False)):
         m, k = SHOWN_CASE
         raise Fail(f"clock_cycles({m}, {k}) yielded no wave (nor did any other call with M >= 1); see 2.1-schedule")
 
@@ -242,7 +256,7 @@ def judge_stage_order(seed: int, params: dict, observation) -> None:
     """Inside every wave the pairs come by increasing stage j, as the Pipe submits them."""
     _no_wave_at_all(observation)
     ordered = 0
-    for call, _, run in _runs(observation, microbatches=True):
+    for call, _, run in _runs(observation, microbatches=True, judge_errors=False):
         for index, (pairs, text) in enumerate(zip(run["pairs"], run["waves"])):
             if pairs is None or len(pairs) < 2:
                 continue
@@ -271,7 +285,7 @@ def judge_generator(seed: int, params: dict, observation) -> None:
             "(write it with yield, one wave at a time, so a Pipe can start wave 0 before the rest is computed)"
         )
     _no_wave_at_all(observation)
-    for call, _, run in _runs(observation, microbatches=True):
+    for call, _, run in _runs(observation, microbatches=True, judge_errors=False):
         for index, (then, now) in enumerate(zip(run["waves"], run["after"])):
             if then != now:
                 raise Fail(

@@ -227,7 +227,7 @@ def judge_one_f_one_b_peak(seed: int, params: dict, observation: dict) -> None:
 
 
 def judge_interleaved(seed: int, params: dict, observation: dict) -> None:
-    """Valid; step = (M + (K-1)/v)(F + B); device d holds at most Megatron's warm-up + 1 chunks."""
+    """Valid; step = (M + (K-1)/v)(F + B); device d holds at most Megatron-LM's warm-up + 1 chunks (v >= 2; v = 1 is 1F1B)."""
     cases = _interleaved_cases(seed)
     _expect_count(observation, len(cases))
     for (num_stages, num_microbatches, num_chunks), schedule in zip(cases, observation["schedules"]):

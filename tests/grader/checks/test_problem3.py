@@ -266,3 +266,77 @@ def test_recorder_sees_every_kind_once_with_full_sizes():
         ("all_reduce", 12, "MAX"), ("all_gather", 24, ""), ("reduce_scatter", 12, ""),
         ("all_to_all", 12, ""), ("all_gather_object", 0, "")]
     assert {c["phase"] for c in log} == {"forward"} and log[0]["dtype"] == "float64"
+
+
+# -- classes found in real code ---------------------------------------------------------
+def test_megatron_style_in_place_reduce_fails_f_g(monkeypatch):
+    def in_place(x):
+        if tp.get_world_size() > 1:
+            dist.all_reduce(x.contiguous())
+        return x
+
+    monkeypatch.setattr(tp, "_reduce", in_place)
+    fails("fg", "t=2, rank 0, contiguous input and gradient: the backward of f changed the gradient it was given in place")
+
+
+def test_a_truncating_split_fails_scatter_gather(monkeypatch):
+    def truncating(x):
+        size = x.shape[-1] // tp.get_world_size()
+        return x[..., tp.get_rank() * size:(tp.get_rank() + 1) * size].contiguous()
+
+    monkeypatch.setattr(tp, "_split_along_last_dim", truncating)
+    fails("scatter_gather", "scatter_to_tensor_model_parallel_region of a tensor of shape [8, 2, 17]",
+          "must raise ValueError; got no exception")
+
+
+def test_row_parallel_bias_none_fails_column_row_in_the_students_terms(monkeypatch):
+    def forward(self, x):
+        if not self.input_is_parallel:
+            x = tp.scatter_to_tensor_model_parallel_region(x)
+        return tp.reduce_from_tensor_model_parallel_region(F.linear(x, self.weight)) + self.bias
+
+    monkeypatch.setattr(tp.RowParallelLinear, "forward", forward)
+    message = fails("column_row", "t=2: your code raised TypeError", "NoneType")
+    assert "grader" not in message and "distributed.py" not in message, message
+
+
+def test_the_last_id_of_a_range_fails_embedding_naming_it(monkeypatch):
+    original = tp.VocabParallelEmbedding.forward
+
+    def forward(self, ids):  # rank 0 also takes the first id of rank 1's range, as a zero row
+        return original(self, ids.masked_fill(ids == self.vocab_start, -1))
+
+    monkeypatch.setattr(tp.VocabParallelEmbedding, "forward", forward)
+    fails("embedding", "for token id 0 differs", "(the first id of that range)")
+
+
+def test_two_scalars_per_token_in_one_collective_pass_fused_loss(monkeypatch):
+    def fused(logits, target):
+        rank = tp.get_rank()
+        logits_max = logits.max(dim=-1).values
+        dist.all_reduce(logits_max, op=dist.ReduceOp.MAX)
+        shifted = logits - logits_max.unsqueeze(-1)
+        start, end = rank * logits.shape[-1], (rank + 1) * logits.shape[-1]
+        inside = (target >= start) & (target < end)
+        picked = shifted.gather(-1, (target - start).clamp(0, logits.shape[-1] - 1).unsqueeze(-1)).squeeze(-1) * inside
+        both = torch.stack([picked, shifted.exp().sum(-1)])
+        dist.all_reduce(both)  # 2 scalars per token, one collective
+        return both[1].log() - both[0]
+
+    monkeypatch.setattr(tp, "vocab_parallel_cross_entropy", fused)  # not autograd-aware: the gradient is wrong
+    with pytest.raises(Fail, match="gradient of this rank's logits"):  # the values and the traffic pass
+        grade("fused_loss")
+
+
+def test_an_unguarded_collective_fails_only_single_process(monkeypatch):
+    original = tp._reduce
+
+    def unguarded(x):
+        if not dist.is_initialized():
+            dist.all_reduce(x)  # what an unguarded call does without a process group: raise
+        return original(x)
+
+    monkeypatch.setattr(tp, "_reduce", unguarded)
+    grade("fg")
+    fails("single_process", "f and g, in one process without a process group (t = 1): your code raised",
+          'File "tensor_parallel.py"')
