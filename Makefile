@@ -77,4 +77,4 @@ lock: $(STAMP)
 	mv constraints.txt.new constraints.txt
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache
