@@ -2,16 +2,16 @@
 # The virtual environment is created on first use; a stamp file makes later runs install nothing.
 # Only the dependencies are installed, never this project itself: the answer key must not be
 # importable from site-packages, where a graded child process could reach it.
-PYTHON ?= python3
-VENV := .venv
-PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
-BENCH_STAMP := $(VENV)/.installed-bench
+# requirements-dev.txt: this repository's own tools (lint; uv for `make lock` and the pin checks).
+REQUIREMENTS := requirements.txt requirements-dev.txt
+include kit/templates/venv.mk
+.DEFAULT_GOAL := help
+BENCH_STAMP := $(VENV)/.installed-bench-python$(PYTHON_VERSION)
 SUBMISSION ?= minitorch
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: help venv test test-fast lint grade bench handout handout-check gradescope clean
+.PHONY: help venv test test-fast lint grade bench handout handout-check gradescope lock clean
 
 help:
 	@echo "make test                       install (first run only), lint, and run all of this project's tests"
@@ -22,12 +22,9 @@ help:
 	@echo "make handout                    regenerate the student kit handout/ (commit the result)"
 	@echo "make handout-check              fail if handout/ differs from a fresh generation"
 	@echo "make gradescope                 build dist/autograder.zip for Gradescope"
+	@echo "make lock [UPGRADE=1]           re-resolve constraints.txt (keeping its versions unless UPGRADE=1)"
 	@echo "make clean                      remove .venv and build leftovers (the next command reinstalls)"
-
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements.txt -r requirements-dev.txt
-	touch $(STAMP)
+	@echo "variables: PYTHON=python3.11 (3.10-3.13), TORCH_INDEX_URL= (empty: PyPI's torch, CUDA on Linux)"
 
 venv: $(STAMP)
 
@@ -62,5 +59,22 @@ handout-check: $(STAMP)
 gradescope: $(STAMP)
 	$(PY) -m kit bundle --out dist/autograder.zip
 
+# One resolution for every supported Python and platform: environment markers fork it where a
+# package's newest release has dropped Python 3.10, and pip applies them itself.
+LOCK_INPUTS := requirements.txt requirements-bench.txt requirements-dev.txt
+define LOCK_HEADER
+# The tested pins, for Python 3.10-3.13 on Linux, macOS and Windows, written by the course repository's `make lock`
+# (uv pip compile --universal: one resolution, forked by environment markers that pip applies).
+# `make lock` keeps these versions where they still resolve; `make lock UPGRADE=1` takes the
+# newest. Its `make test` checks that they resolve for each Python on Linux x86_64 and macOS arm64.
+# Install: pip install -c constraints.txt -r requirements.txt (torch: see TORCH_INDEX_URL).
+endef
+export LOCK_HEADER
+lock: $(STAMP)
+	$(VENV)/bin/uv pip compile --no-config --no-python-downloads $(LOCK_INPUTS) --universal --python-version 3.10 --no-header --quiet \
+	    $(if $(UPGRADE),--upgrade) -o constraints.txt
+	{ printf '%s\n' "$$LOCK_HEADER"; grep -v '^#' constraints.txt; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

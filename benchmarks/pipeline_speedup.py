@@ -6,7 +6,9 @@ two-stage pipeline can use both, which is the effect this homework is about (wit
 intra-op threads the baseline itself would already use both cores).
 
 Prints two tables, writes ``benchmarks/results/pipeline_speedup.json`` and a PNG plot
-(speedup vs M, with the 2M/(M+1) limit of a two-stage forward drawn).
+(speedup vs M, with the 2M/(M+1) limit of a two-stage forward drawn). ``--device cuda:0``
+puts both stages on one GPU instead (scripts/gpu_validate.sh: it exercises the executor and
+the timing protocol on CUDA; with both stages on one device the ratios show overlap only).
 """
 from __future__ import annotations
 
@@ -26,26 +28,16 @@ from minitorch.pipeline import Pipe, one_f_one_b
 from minitorch.runtime import StageWorkers
 from minitorch.schedules import gpipe
 from minitorch.timing import time_paired
+from minitorch.workload import two_stages
 
 RESULTS = Path(__file__).parent / "results"
 NUM_STAGES = 2
 MICROBATCH_COUNTS = (1, 2, 4, 8, 16)
 
 
-class Block(nn.Module):
-    """A residual MLP block ``x + 0.1 * gelu(linear(x))`` as in HW5's timed workload."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.linear = nn.Linear(width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + 0.1 * F.gelu(self.linear(x))
-
-
-def make_stages(width: int, blocks_per_stage: int, seed: int = 0) -> list[nn.Module]:
+def make_stages(width: int, blocks_per_stage: int, seed: int = 0, device: str = "cpu") -> list[nn.Module]:
     torch.manual_seed(seed)
-    return [nn.Sequential(*(Block(width) for _ in range(blocks_per_stage))) for _ in range(NUM_STAGES)]
+    return [stage.to(device) for stage in two_stages(width, NUM_STAGES * blocks_per_stage)]
 
 
 def sequential_forward(stages, x):
@@ -60,11 +52,11 @@ def parameters_close(first, second) -> None:
 
 
 def bench_forward(args, inputs):
-    stages = make_stages(args.width, args.blocks)
+    stages = make_stages(args.width, args.blocks, device=args.device)
     rows = []
     for num_microbatches in MICROBATCH_COUNTS:
         split_size = -(-args.batch // num_microbatches)
-        with Pipe(stages, split_size=split_size) as pipe, torch.no_grad():
+        with Pipe(stages, [args.device] * NUM_STAGES, split_size=split_size) as pipe, torch.no_grad():
             outputs = {}
 
             def check():
@@ -98,14 +90,15 @@ def bench_training(args, inputs, targets):
     rows = []
     for num_microbatches in MICROBATCH_COUNTS:
         split_size = -(-args.batch // num_microbatches)
-        stages = make_stages(args.width, args.blocks)
+        stages = make_stages(args.width, args.blocks, device=args.device)
+        devices = [args.device] * NUM_STAGES
         baseline = TrainingCandidate("sequential", copy.deepcopy(stages))
 
         def baseline_step():
-            sequential_step(baseline.stages, ["cpu"] * NUM_STAGES, inputs, targets, F.mse_loss)
+            sequential_step(baseline.stages, devices, inputs, targets, F.mse_loss)
             baseline.finish()
 
-        with StageWorkers(["cpu"] * NUM_STAGES) as workers, Pipe(copy.deepcopy(stages), split_size=split_size) as pipe:
+        with StageWorkers(devices) as workers, Pipe(copy.deepcopy(stages), devices, split_size=split_size) as pipe:
             hw5 = TrainingCandidate("HW5 Pipe + autograd", list(pipe.stages))
 
             def hw5_step():
@@ -179,25 +172,33 @@ def main(argv=None):
     parser.add_argument("--blocks", type=int, default=2, help="MLP blocks per stage")
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--device", default="cpu", help="the device of both stages, e.g. cuda:0 (default cpu)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help=f"where to write the results (default {RESULTS})")
+    parser.add_argument("--no-plot", action="store_true", help="write no PNG (needs no matplotlib)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    inputs, targets = torch.randn(args.batch, args.width), torch.randn(args.batch, args.width)
+    inputs = torch.randn(args.batch, args.width, device=args.device)
+    targets = torch.randn(args.batch, args.width, device=args.device)
+    where = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else f"{os.cpu_count()} CPUs"
     print(f"{NUM_STAGES} stages x {args.blocks} blocks of width {args.width}, batch {args.batch}, "
-          f"{os.cpu_count()} CPUs, torch {torch.__version__}, intra-op threads 1; "
+          f"{where} ({args.device}), torch {torch.__version__}, intra-op threads 1; "
           f"median of {args.repeats} paired ratios [min-max]")
     forward_rows = bench_forward(args, inputs)
     training_rows = bench_training(args, inputs, targets)
-    RESULTS.mkdir(exist_ok=True)
+    args.results.mkdir(parents=True, exist_ok=True)
     report = {
-        "config": vars(args),
-        "environment": {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count()},
+        "config": {**vars(args), "results": str(args.results)},
+        "environment": {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
+                        "device": where},
         "forward": forward_rows,
         "training_step": training_rows,
     }
-    (RESULTS / "pipeline_speedup.json").write_text(json.dumps(report, indent=2))
-    plot(forward_rows, training_rows, RESULTS / "pipeline_speedup.png")
-    print(f"wrote {RESULTS / 'pipeline_speedup.json'} and {RESULTS / 'pipeline_speedup.png'}")
+    (args.results / "pipeline_speedup.json").write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.results / 'pipeline_speedup.json'}")
+    if not args.no_plot:
+        plot(forward_rows, training_rows, args.results / "pipeline_speedup.png")
+        print(f"wrote {args.results / 'pipeline_speedup.png'}")
 
 
 if __name__ == "__main__":

@@ -1,26 +1,36 @@
 """Grade a folder of submissions into a gradebook CSV: ``python -m grader batch``.
 
-    python -m grader batch FOLDER --csv grades.csv [--jobs N] [--timeout S]
-                                  [--canvas [--assignment HEADER] [--roster EXPORT.csv]]
+    python -m grader batch FOLDER --csv grades.csv [--jobs N] [--timeout S] [--only ID ...]
+                                  [--canvas FILE --assignment HEADER [--roster EXPORT.csv] [--name-is KIND]]
+                                  [--gpu-reports DIR] [--html FILE]
+                                  [--similarity-threshold SHARE] [--public-solutions DIR] [--no-similarity]
 
-Every subfolder or ``.zip`` in FOLDER is one student, named after the folder or the zip's
-stem. Each student is graded by ``python -m grader grade STUDENT --json REPORT`` in its own process
-group, killed after ``--timeout`` seconds, so one student's crash, hang or garbage never stops
-the batch. Reports and logs go to ``<csv stem>-reports/`` beside the CSV.
+FOLDER holds one subfolder, ``.zip``, ``.tar.gz`` or ``.tgz`` per student, or is a Canvas
+"Download Submissions" zip or folder (see grader.discovery). Each student is graded by
+``python -m grader grade STUDENT --json REPORT`` in its own process group, killed after
+``--timeout`` seconds, so one student's crash, hang or garbage never stops the batch.
+Reports and logs go to ``<csv stem>-reports/`` beside the CSV.
 
-The default CSV has one row per student: ``student``, one column per problem (``2.1``,
+The CSV has one row per student: ``student``, one column per problem (``2.1``,
 ``2.2``, ...), ``total``, ``max_score``, ``status`` (graded / timeout / error), ``flags``
 (``;``-separated: ``missing:FILE``, ``criterion_errors=N``, ``blocked_points=X``,
-``policy_findings=N`` (the static scan of grader/policy.py), ``duplicate_name``, ``needs_review``) and ``report``. A score cell is empty when no
-trustworthy score exists (the row then says needs_review); a timed-out student keeps the
-points of the criteria finished before the timeout. ``--canvas`` writes Canvas's gradebook
-import layout instead (see :func:`canvas_rows`). Every cell starting with ``= + - @`` (or a tab
-or carriage return) is prefixed with ``'`` so a spreadsheet never runs it as a formula.
+``policy_findings=N`` (the static scan of grader/policy.py), ``duplicate_name``, ``late``,
+``not_in_roster``, the GPU flags of grader.gradebook, ``similar_to=STUDENT`` (grader/similarity.py,
+run after grading: flags only, never a score), ``needs_review``) and ``report``. A
+score cell is empty when no trustworthy score exists (the row then says needs_review); a
+timed-out student keeps the points of the criteria finished before the timeout. ``--only``
+on a class whose reports exist regrades those criteria and keeps every other result (see
+grader.regrade). ``--canvas FILE`` also writes Canvas's gradebook import (grader.canvas).
+Every cell starting with ``= + - @`` (or a tab or carriage return) is prefixed with ``'``
+so a spreadsheet never runs it as a formula. ``--html`` also writes the class dashboard
+(grader/dashboard.py).
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
+import secrets
 import subprocess
 import sys
 import threading
@@ -29,11 +39,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader import regrade, similarity
+from grader.canvas import OptionsError, RosterError
+from grader.discovery import DiscoveryError, Student, discover, safe_file_name
 from grader.layout import REPOSITORY, STUDENT_FILES
 from grader.processes import kill_group
-from grader.protocol import printable, read_json_report
-
-CANVAS_IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+from grader.protocol import printable, read_json_report, write_atomic
 
 
 @dataclass
@@ -50,27 +61,7 @@ class StudentGrade:
     flags: list[str] = field(default_factory=list)
     seconds: float = 0.0
     detail: str = ""
-
-
-def find_students(folder: Path) -> list[tuple[str, Path, list[str]]]:
-    """``(name, path, flags)`` for every subfolder and ``.zip`` of ``folder``, sorted by name."""
-    entries = sorted(
-        p for p in folder.iterdir()
-        if not p.name.startswith(".") and (p.is_dir() or (p.is_file() and p.suffix.lower() == ".zip"))
-    )
-    students, seen = [], set()
-    for path in entries:
-        name = path.stem if path.is_file() else path.name
-        flags = []
-        if name in seen:  # alice/ and alice.zip: grade both, under distinct names
-            name, flags = path.name, ["duplicate_name", "needs_review"]
-        seen.add(name)
-        students.append((name, path, flags))
-    return students
-
-
-def _safe_file_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".") or "student"
+    changes: list[dict] = field(default_factory=list)  # what a regrade changed (grader.regrade)
 
 
 def _apply_report(outcome: StudentGrade, report: dict) -> None:
@@ -97,17 +88,24 @@ def _apply_report(outcome: StudentGrade, report: dict) -> None:
 
 def grade_student(
     name: str, path: Path, reports: Path, timeout: float, grader_command: list[str], flags: list[str],
+    only: list[str] | None = None,
 ) -> StudentGrade:
     """Grade one student in a child process group; never raises for anything the student did.
     (As root, each grader process leases a uid of its own for its children, so concurrent
-    students never share one: see grader.processes.lease_uid.)"""
-    stem = _safe_file_name(name)
+    students never share one: see grader.processes.lease_uid.)
+
+    With ``only``, grade just those criteria; when the student already has a report, that is
+    a regrade: the new results replace those criteria in it and ``changes`` lists what moved.
+    """
+    stem = safe_file_name(name)
     outcome = StudentGrade(name, path, reports / f"{stem}.json", flags=list(flags))
-    outcome.report_path.unlink(missing_ok=True)
+    previous = read_json_report(outcome.report_path) if only else None
+    target = outcome.report_path if previous is None else reports / f"{stem}.regrade.json"
+    target.unlink(missing_ok=True)
     start = time.monotonic()
-    with open(reports / f"{stem}.log", "wb") as log:
+    with open(reports / f"{stem}.log", "ab" if previous else "wb") as log:
         process = subprocess.Popen(
-            [*grader_command, str(path), "--json", str(outcome.report_path)],
+            [*grader_command, str(path), "--json", str(target), *(["--only", *only] if only else [])],
             cwd=REPOSITORY, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         try:
@@ -117,7 +115,9 @@ def grade_student(
             process.wait()
             returncode = None
     outcome.seconds = time.monotonic() - start
-    report = read_json_report(outcome.report_path)
+    report = read_json_report(target)
+    if previous is not None:
+        report = _regraded(outcome, previous, report, target)
     if report is not None:
         _apply_report(outcome, report)
     if returncode is None:
@@ -131,6 +131,18 @@ def grade_student(
             outcome.score = None
     outcome.flags = list(dict.fromkeys(outcome.flags))  # once each, in order
     return outcome
+
+
+def _regraded(outcome: StudentGrade, previous: dict, report: dict | None, target: Path) -> dict:
+    """The student's report after a regrade: ``previous`` with the regraded criteria
+    replaced, written in its place; unchanged (and flagged) when the regrade gave nothing."""
+    target.unlink(missing_ok=True)
+    if report is None:
+        outcome.flags += ["regrade_failed", "needs_review"]
+        return previous
+    merged, outcome.changes = regrade.merge(previous, report, "regrade")
+    write_atomic(outcome.report_path, json.dumps(merged, indent=2) + "\n")
+    return merged
 
 
 def escape_cell(value: object) -> str:
@@ -154,38 +166,6 @@ def default_rows(outcomes: list[StudentGrade]) -> list[list[object]]:
     return rows
 
 
-def read_roster(path: Path) -> dict[str, dict[str, str]]:
-    """A Canvas gradebook export, indexed by every identifier a folder may be named after."""
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        people = [row for row in csv.DictReader(handle) if (row.get("ID") or "").strip().isdigit()]
-    index: dict[str, dict[str, str]] = {}
-    for person in people:
-        for key in ("SIS Login ID", "SIS User ID", "ID"):
-            if person.get(key):
-                index.setdefault(person[key].strip(), person)
-    return index
-
-
-def canvas_rows(outcomes: list[StudentGrade], assignment: str, roster: dict[str, dict[str, str]] | None) -> list[list[object]]:
-    """Canvas's gradebook import layout: Student, ID, SIS User ID, SIS Login ID, Section, then
-    one column for the assignment holding the total.
-
-    The student's folder name is matched against the roster's SIS Login ID, SIS User ID or
-    Canvas ID; matched rows take their identity columns from the roster. Without a roster the
-    folder name goes into Student and SIS User ID. Unmatched or unscored rows are left with an
-    empty score, which Canvas treats as "no change".
-    """
-    rows: list[list[object]] = [[*CANVAS_IDENTITY, assignment]]
-    for o in outcomes:
-        person = (roster or {}).get(o.student)
-        if person is not None:
-            identity = [person.get(key, "") for key in CANVAS_IDENTITY]
-        else:
-            identity = [o.student, "", o.student if roster is None else "", "", ""]
-        rows.append([*identity, o.score])
-    return rows
-
-
 def write_csv(path: Path, rows: list[list]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows([[escape_cell(cell) for cell in row] for row in rows])
@@ -196,73 +176,145 @@ def run_batch(
     csv_path: Path,
     jobs: int = 1,
     timeout: float = 900.0,
-    canvas: bool = False,
-    assignment: str = "Homework",
-    roster: Path | None = None,
+    options=None,
+    only: list[str] | None = None,
     grader_command: list[str] | None = None,
     progress=print,
+    similarity_options: dict | None = None,
+    html: Path | None = None,
 ) -> list[StudentGrade]:
-    """Grade every student of ``folder``, write the CSV; return the outcomes in name order."""
+    """Grade every student of ``folder``, flag similar pairs (``similarity_options``: the
+    keyword arguments of grader.similarity.flag_batch; None: no similarity pass), write the
+    CSV (and what ``options``, a grader.gradebook.Options, asks for) and the dashboard
+    (``html``); return the rows in name order.
+
+    Raises:
+        DiscoveryError, OptionsError, RosterError: the folder cannot be read, or the options do
+            not fit (before anyone is graded).
+    """
+    from grader import gradebook  # it builds on this module's StudentGrade and CSV helpers
+
+    options = options or gradebook.Options()
     grader_command = grader_command or [sys.executable, "-m", "grader", "grade"]
-    roster_index = read_roster(roster) if roster else None
-    students = find_students(folder)
-    reports = csv_path.parent / f"{csv_path.stem}-reports"
+    students, notes = discover(folder, gradebook.submissions_folder(csv_path))
+    roster = gradebook.check(options, students)
+    for line in [*notes, *gradebook.notes(options, roster)]:
+        progress(line)
+    reports = gradebook.reports_folder(csv_path)
     reports.mkdir(parents=True, exist_ok=True)
+    run = f"batch-{secrets.token_hex(4)}"
+    outcomes = grade_all(students, reports, timeout, grader_command, only, max(1, jobs), run, progress)
+    if similarity_options is not None:  # flags only, never a score
+        similarity.flag_batch(outcomes, reports, progress=progress, **similarity_options)
+    rows = gradebook.finish(outcomes, students, csv_path, options, run, progress)
+    if html is not None:
+        from grader.dashboard import write  # Jinja2: only when a dashboard is asked for
+
+        write(reports, html)
+    return rows
+
+
+def grade_all(
+    students: list[Student], reports: Path, timeout: float, grader_command: list[str], only: list[str] | None,
+    jobs: int, run: str, progress,
+) -> list[StudentGrade]:
+    """Grade ``students``, ``jobs`` at a time (each grader process leases a uid of its own for
+    its children, see grader.processes.lease_uid), each leaving an outcome record of run ``run``."""
+    from grader.gradebook import save_outcome  # it builds on this module's StudentGrade
+
     done, lock = 0, threading.Lock()
 
-    def grade(student: tuple[str, Path, list[str]]) -> StudentGrade:
+    def grade(student: Student) -> StudentGrade:
         nonlocal done
-        outcome = grade_student(*student[:2], reports, timeout, grader_command, student[2])
-        if roster_index is not None and outcome.student not in roster_index:
-            outcome.flags += ["not_in_roster", "needs_review"]
-            outcome.flags = list(dict.fromkeys(outcome.flags))
+        outcome = grade_student(student.name, student.path, reports, timeout, grader_command, student.flags, only)
+        save_outcome(outcome, run, reports / "outcomes")
         with lock:
             done += 1
-            score = "-" if outcome.score is None else f"{outcome.score:g}/{outcome.max_score or 0:g}"
-            progress(printable(
-                f"[{done:>{len(str(len(students)))}}/{len(students)}] {outcome.student:<24} {score:>9}  "
-                f"{outcome.status:<7} {outcome.seconds:6.1f}s  {' '.join(outcome.flags)} {outcome.detail}".rstrip()
-            ))
+            progress(printable(progress_line(outcome, done, len(students))))
         return outcome
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        outcomes = list(pool.map(grade, students))
-    rows = canvas_rows(outcomes, assignment, roster_index) if canvas else default_rows(outcomes)
-    write_csv(csv_path, rows)
-    return outcomes
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(grade, students))
+
+
+def progress_line(outcome: StudentGrade, done: int, total: int) -> str:
+    score = "-" if outcome.score is None else f"{outcome.score:g}/{outcome.max_score or 0:g}"
+    return (
+        f"[{done:>{len(str(total))}}/{total}] {outcome.student:<24} {score:>9}  "
+        f"{outcome.status:<7} {outcome.seconds:6.1f}s  {' '.join(outcome.flags)} {outcome.detail}".rstrip()
+    )
+
+
+def add_gradebook_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of what is written besides the CSV (shared with ``slurm``)."""
+    parser.add_argument("--canvas", type=Path, metavar="FILE", help="also write Canvas's gradebook import to FILE")
+    parser.add_argument(
+        "--assignment",
+        help='the Canvas column header, copied from a gradebook export, e.g. "HW5 (123456)" (needed with --canvas)',
+    )
+    parser.add_argument("--roster", type=Path, help="a Canvas gradebook export CSV to match students against")
+    parser.add_argument(
+        "--name-is", choices=("login", "sis", "canvas"),
+        help="what the folder names are: SIS Login ID, SIS User ID or Canvas ID (needed with --canvas without --roster)",
+    )
+    parser.add_argument("--gpu-reports", type=Path, metavar="DIR",
+                        help="GPU reports to merge (default: <csv stem>-reports/gpu/ when it exists)")
+
+
+def gradebook_options(args: argparse.Namespace):
+    from grader import gradebook
+
+    return gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``batch`` command's arguments."""
-    parser.add_argument("folder", type=Path, help="one subfolder or .zip per student")
+    parser.add_argument("folder", type=Path, help="one subfolder, .zip, .tar.gz or .tgz per student, or a Canvas download")
     parser.add_argument("--csv", type=Path, required=True, help="the gradebook CSV to write")
     parser.add_argument("--jobs", type=int, default=1, help="students graded at once (default 1)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per student before it is killed")
-    parser.add_argument("--canvas", action="store_true", help="write Canvas's gradebook import layout")
-    parser.add_argument(
-        "--assignment", default="Homework",
-        help='Canvas column header; copy it from a gradebook export, e.g. "HW5 (123456)"',
-    )
-    parser.add_argument("--roster", type=Path, help="a Canvas gradebook export CSV to take identities from")
+    parser.add_argument("--only", nargs="+", action="extend", metavar="PROBLEM_OR_ID",
+                        help="grade only these criteria; where a report exists, regrade them and keep the others")
+    add_gradebook_arguments(parser)
+    parser.add_argument("--html", type=Path, help="also write the class dashboard (one HTML file) here")
+    similarity.add_arguments(parser)
+
+
+def usage_error(command: str, message: str) -> int:
+    print(f"python -m grader {command}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def run(args: argparse.Namespace) -> int:
     """``python -m grader batch``."""
-    problem = (
-        f"{args.folder} is not a folder" if not args.folder.is_dir()
-        else "--jobs must be >= 1 and --timeout > 0" if args.jobs < 1 or args.timeout <= 0
-        else f"roster {args.roster} not found" if args.roster and not args.roster.is_file()
-        else None
-    )
+    if not args.folder.exists():
+        return usage_error("batch", f"{args.folder}: no such folder or file")
+    if args.jobs < 1 or args.timeout <= 0:
+        return usage_error("batch", "--jobs must be >= 1 and --timeout > 0")
+    problem = (only_problem(args.only) if args.only else None) or similarity.argument_problem(args)
     if problem is not None:
-        print(f"python -m grader batch: error: {problem}", file=sys.stderr)
-        return 2
+        return usage_error("batch", problem)
     start = time.monotonic()
-    outcomes = run_batch(
-        args.folder, args.csv, args.jobs, args.timeout, args.canvas, args.assignment, args.roster
-    )
+    similarity_options = None if args.no_similarity else {"threshold": args.similarity_threshold, "public_folder": args.public_solutions}
+    try:
+        outcomes = run_batch(args.folder, args.csv, args.jobs, args.timeout, gradebook_options(args), args.only,
+                             similarity_options=similarity_options, html=args.html)
+    except (DiscoveryError, OptionsError, RosterError) as error:
+        return usage_error("batch", str(error))
     review = [o.student for o in outcomes if "needs_review" in o.flags]
     print(f"graded {len(outcomes)} students in {time.monotonic() - start:.1f} s -> {args.csv}")
     if review:
         print(f"needs review ({len(review)}): {', '.join(review)}")
     return 0
+
+
+def only_problem(only: list[str]) -> str | None:
+    """Why ``--only`` names no criterion (before anyone is graded), or None."""
+    from grader.grading import select  # imports torch: only when --only is given
+    from grader.rubric import load_rubric
+
+    try:
+        select(load_rubric().active(), only)
+    except ValueError as error:
+        return str(error)
+    return None

@@ -1,10 +1,13 @@
 """``python -m grader COMMAND ...``: the grader's command line, one subcommand per task.
 
     python -m grader grade PATH [--json FILE] [--gradescope FILE] [--only ...] ...
-    python -m grader batch FOLDER --csv FILE [--jobs N] ...
+    python -m grader batch FOLDER --csv FILE [--jobs N] [--html FILE] ...
+    python -m grader dashboard REPORTS --html FILE
+    python -m grader slurm write FOLDER --csv FILE --submit ...   (and slurm merge, slurm task)
 
 Each command is a thin layer over a module: ``grade`` over :mod:`grader.grading` (here),
-``batch`` over :mod:`grader.batch`. A command module provides ``add_arguments(parser)`` and
+``batch`` over :mod:`grader.batch`, ``dashboard`` over :mod:`grader.dashboard`, ``slurm`` over
+:mod:`grader.cluster`. A command module provides ``add_arguments(parser)`` and
 ``run(args) -> exit status``.
 
 Exit status of ``grade``: 0 when grading ran to completion, whatever the score; 1 with
@@ -26,17 +29,22 @@ EXIT_OK, EXIT_NOT_FULL, EXIT_USAGE = 0, 1, 2
 COMMANDS = {
     "grade": ("grader.cli", "grade one submission (a folder, a .zip, or a student file)"),
     "batch": ("grader.batch", "grade a folder of submissions into a gradebook CSV"),
+    "dashboard": ("grader.dashboard", "build the class dashboard (one HTML file) from a batch's reports folder"),
+    "slurm": ("grader.cluster", "grade a folder of submissions on a Slurm cluster (write, merge, task)"),
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``grade`` command's arguments."""
-    parser.add_argument("path", metavar="PATH", help="a folder with pipeline.py and/or tensor_parallel.py, or a .zip of one")
+    parser.add_argument("path", metavar="PATH",
+                        help="a folder with pipeline.py and/or tensor_parallel.py, or an archive of one (.zip, .tar.gz, .tgz, .tar)")
     parser.add_argument("--json", metavar="FILE", help="write the report as JSON (rewritten after every criterion)")
-    parser.add_argument("--gradescope", metavar="FILE", help="write Gradescope's results.json")
+    parser.add_argument("--gradescope", metavar="FILE", help="write Gradescope's results.json (rewritten after every criterion)")
     parser.add_argument("--only", nargs="+", action="extend", metavar="PROBLEM_OR_ID",
                         help="grade only these problems (2.2, or 2 for all of 2.x) or criterion ids; may be repeated")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="per-criterion timeout, replacing the rubric's")
+    parser.add_argument("--budget", type=float, metavar="SECONDS",
+                        help="time for the whole run: criteria get at most what is left, and those that no longer fit are not run (timeout)")
     parser.add_argument("--require-full", action="store_true", help="exit 1 unless every criterion that is not blocked passed")
     parser.add_argument("--rubric", metavar="FILE", help="use this rubric instead of grader/rubric.toml")
     parser.add_argument("--seed", type=int, help="reuse a run's seed (printed at the end) to reproduce it")
@@ -77,13 +85,15 @@ def _give_up(message: str, args: argparse.Namespace, started: float) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """``python -m grader grade``."""
-    started = time.perf_counter()
-    if args.timeout is not None and not args.timeout > 0:
-        return _give_up(f"--timeout must be > 0 seconds, got {args.timeout:g}", args, started)
+    started, started_monotonic = time.perf_counter(), time.monotonic()
+    for option in ("timeout", "budget"):
+        value = getattr(args, option)
+        if value is not None and not value > 0:
+            return _give_up(f"--{option} must be > 0 seconds, got {value:g}", args, started)
 
     # Heavy imports (torch) only once the command line is known to be sound.
     from grader import report as reports
-    from grader.grading import grade, select
+    from grader.grading import Budget, grade, select
     from grader.layout import DEFAULT_RUBRIC
     from grader.protocol import Status, printable, write_json_report
     from grader.rubric import RubricError, load_rubric
@@ -108,9 +118,12 @@ def run(args: argparse.Namespace) -> int:
         print(reports.live_line(result), flush=True)
         if args.json:
             write_json_report(report, args.json)
+        if args.gradescope:  # what is graded so far survives the run being stopped
+            reports.write_gradescope(report, rubric, time.perf_counter() - started, args.gradescope)
 
     try:
-        report = grade(submission, rubric, only=args.only, timeout=args.timeout, seed=args.seed, on_result=on_result)
+        report = grade(submission, rubric, only=args.only, timeout=args.timeout, seed=args.seed, on_result=on_result,
+                       budget=None if args.budget is None else Budget(args.budget, started_monotonic + args.budget))
     except KeyboardInterrupt:
         print("\ninterrupted: the report is incomplete", file=sys.stderr)
         return EXIT_USAGE

@@ -2,9 +2,13 @@
 
 Called by the bundle's ``run_autograder`` as ``python -m grader.gradescope_run ROOT``. It finds
 the two student files wherever the upload put them (Gradescope unpacks an uploaded zip, which
-may hold a folder), copies only them into a fresh folder, runs ``python -m grader grade FOLDER
---gradescope RESULTS`` under a time limit, and, when the grader did not leave a valid
-results.json, writes one with score 0 and the reason. Nothing here raises.
+may hold a folder, macOS metadata or Windows-style names such as ``hw\\pipeline.py``), or else
+one archive in the upload (a .zip, .tar.gz or .tgz that Gradescope left packed, read by the
+grader like any archive). It copies only those into a fresh folder and runs ``python -m grader
+grade FOLDER --gradescope RESULTS --budget SECONDS``, which rewrites results.json after every
+criterion, so whatever stops the run leaves what was graded. The budget is the rubric's
+``[gradescope] budget``; the grader is killed ``OUTER_MARGIN`` seconds after it. When the grader
+left no valid results.json, one with score 0 and the reason is written. Nothing here raises.
 """
 from __future__ import annotations
 
@@ -14,27 +18,76 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
-from grader.layout import REPOSITORY, STUDENT_FILES
+from grader.layout import DEFAULT_RUBRIC, REPOSITORY, STUDENT_FILES
 from grader.processes import kill_group
+from grader.protocol import write_atomic
+from grader.rubric import gradescope_budget
+from grader.submission import ARCHIVE_SUFFIXES, is_macos_metadata
 
-DEFAULT_TIMEOUT = 1800.0
+OUTER_MARGIN = 60.0  # seconds after the budget before the grader is killed (it stops itself first)
 LOG_TAIL = 4000
+NAMES_SHOWN = 10
 STAFF = "This is not your fault; please tell the course staff."
 
 
-def find_student_files(submission: Path) -> dict[str, Path]:
-    """The shallowest ``pipeline.py`` / ``tensor_parallel.py`` under ``submission``."""
+def _depth(path: Path, submission: Path) -> int:
+    """Folders above ``path`` in the upload, counting Windows separators kept in a file name."""
+    return len(path.relative_to(submission).parts) + path.name.count("\\")
+
+
+def _student_name(path: Path) -> str:
+    return path.name.rsplit("\\", 1)[-1]
+
+
+def survey(submission: Path) -> tuple[dict[str, Path], list[Path], list[Path]]:
+    """(student file name -> the shallowest such file, archives, other files) of an upload.
+    macOS metadata (``__MACOSX/``, ``._*``) is neither graded nor listed."""
     found: dict[str, Path] = {}
-    candidates = sorted(
-        (p for p in submission.rglob("*.py") if p.name in STUDENT_FILES and "__MACOSX" not in p.parts),
-        key=lambda p: (len(p.relative_to(submission).parts), str(p)),
-    )
-    for path in candidates:
-        found.setdefault(path.name, path)
-    return found
+    archives, others = [], []
+    files = sorted((p for p in submission.rglob("*") if p.is_file() and not p.is_symlink()),
+                   key=lambda p: (_depth(p, submission), str(p)))
+    for path in files:
+        if is_macos_metadata(path.relative_to(submission).as_posix()):
+            continue
+        if _student_name(path) in STUDENT_FILES and _student_name(path) not in found:
+            found[_student_name(path)] = path
+        elif path.name.lower().endswith(ARCHIVE_SUFFIXES):
+            archives.append(path)
+        else:
+            others.append(path)
+    return found, archives, others
+
+
+def _listed(paths: list[Path], submission: Path) -> str:
+    names = [str(p.relative_to(submission)) for p in paths[:NAMES_SHOWN]]
+    return ", ".join(names) + (f" and {len(paths) - NAMES_SHOWN} more" if len(paths) > NAMES_SHOWN else "")
+
+
+def prepare(submission: Path, scratch: Path) -> tuple[Path, list[str]]:
+    """What the grader is given (a folder with the student files, or one archive) and notes
+    for the student saying what was graded and what was skipped."""
+    found, archives, others = survey(submission) if submission.is_dir() else ({}, [], [])
+    folder = scratch / "submission"
+    folder.mkdir()
+    if not found and archives:
+        target = scratch / archives[0].name
+        shutil.copyfile(archives[0], target)
+        notes = [f"graded the files inside {archives[0].relative_to(submission)}"]
+        if len(archives) > 1:
+            notes.append(f"skipped the other archives: {_listed(archives[1:], submission)} (upload one)")
+        return target, notes
+    for name, path in found.items():
+        shutil.copyfile(path, folder / name)
+    notes = [f"graded {path.relative_to(submission)}" for path in found.values()]
+    if others or archives:
+        notes.append(f"skipped (only {' and '.join(STUDENT_FILES)} are graded): {_listed(others + archives, submission)}")
+    if not found:
+        notes.append(f"No {' or '.join(STUDENT_FILES)} found in your submission.")
+    return folder, notes
 
 
 def _valid(results: Path) -> dict | None:
@@ -46,18 +99,22 @@ def _valid(results: Path) -> dict | None:
     return data if ok else None
 
 
-def _fallback(results: Path, reason: str) -> None:
+def _write(results: Path, data: dict) -> None:
+    """Atomically, like the grader's own writes: Gradescope may stop us at any moment."""
     results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps({"score": 0, "output": reason, "tests": []}, indent=2))
+    write_atomic(results, json.dumps(data, indent=2) + "\n")
 
 
-def _run_grader(folder: Path, results: Path, source: Path, timeout: float) -> tuple[int | None, str]:
-    """Run the grader in its own process group; return (exit status or None on timeout, log tail)."""
+def _fallback(results: Path, reason: str) -> None:
+    _write(results, {"score": 0, "output": reason, "tests": []})
+
+
+def _run_grader(target: Path, results: Path, source: Path, budget: float, timeout: float) -> tuple[int | None, str]:
+    """Run the grader in its own process group; return (exit status or None when killed, log tail)."""
+    command = [sys.executable, "-m", "grader", "grade", str(target), "--gradescope", str(results), "--budget", f"{budget:.1f}"]
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "grader", "grade", str(folder), "--gradescope", str(results)],
-            cwd=source, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        process = subprocess.Popen(command, cwd=source, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
         try:
             returncode = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -71,28 +128,28 @@ def _run_grader(folder: Path, results: Path, source: Path, timeout: float) -> tu
 
 
 def grade(root: Path) -> None:
+    started = time.monotonic()
     submission, results = root / "submission", root / "results" / "results.json"
     results.unlink(missing_ok=True)
-    timeout = float(os.environ.get("AUTOGRADER_TIMEOUT", DEFAULT_TIMEOUT))
-    found = find_student_files(submission) if submission.is_dir() else {}
-    notes = [f"graded {path.relative_to(submission)}" for path in found.values()]
+    budget = gradescope_budget(DEFAULT_RUBRIC)
+    timeout = float(os.environ.get("AUTOGRADER_TIMEOUT", budget + OUTER_MARGIN))
     with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch) / "submission"
-        folder.mkdir()
-        for name, path in found.items():
-            shutil.copyfile(path, folder / name)
-        returncode, tail = _run_grader(folder, results, REPOSITORY, timeout)
+        target, notes = prepare(submission, Path(scratch))
+        remaining = budget - (time.monotonic() - started)
+        returncode, tail = _run_grader(target, results, REPOSITORY, remaining,
+                                       timeout - (time.monotonic() - started))
     data = _valid(results)
     if data is None:
         reason = "did not finish in time" if returncode is None else f"stopped with exit status {returncode}"
         _fallback(results, f"The autograder {reason} without a result. {STAFF}\n\n{tail}")
         return
-    if returncode != 0:
+    if returncode is None:
+        notes.append(f"The autograder was stopped after {time.monotonic() - started:.0f} s; only the criteria listed "
+                     f"were graded. {STAFF}")
+    elif returncode != 0:
         notes.append(f"The autograder stopped early (exit status {returncode}); the results may be partial. {STAFF}")
-    if not found:
-        notes.append(f"No {' or '.join(STUDENT_FILES)} found in your submission.")
     data["output"] = "\n".join([*notes, str(data.get("output", ""))]).strip()
-    results.write_text(json.dumps(data, indent=2))
+    _write(results, data)
 
 
 def main(argv: list[str] | None = None) -> int:

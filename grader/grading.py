@@ -16,6 +16,7 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -25,6 +26,21 @@ from grader.harness import Harness, HarnessError, Outcome, format_bytes
 from grader.protocol import Kind, Report, Result, Status
 from grader.rubric import HARDWARE, Criterion, Rubric
 from grader.submission import Submission
+from minitorch.cli import STUB_MESSAGE
+
+# Less time than this left of a run's budget: the criterion is not started (it could not finish).
+MIN_CRITERION_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A whole run's time: ``seconds`` in all, ending at ``ends`` (a ``time.monotonic()`` value)."""
+
+    seconds: float
+    ends: float
+
+    def left(self) -> float:
+        return self.ends - time.monotonic()
 
 JUDGE_ERROR = "judge_error"  # in a result's details: the judge's traceback, for the course staff
 
@@ -65,10 +81,15 @@ def select(criteria: list[Criterion], only: list[str] | None) -> list[Criterion]
 
 
 def _not_implemented(problem: str, message: str) -> str:
+    """``not implemented yet (Problem 3.3)``, naming the stub that stopped it: its own, or an
+    earlier part's it builds on (a kit stub says ``Problem 3.2: ColumnParallelLinear.shard``)."""
     text = f"not implemented yet (Problem {problem})"
-    if message and not message.startswith(f"Problem {problem}:"):
-        text += f"; your code raised NotImplementedError({message!r})"
-    return text
+    stub = STUB_MESSAGE.search(message or "")
+    if stub is None:
+        return text + (f"; your code raised NotImplementedError({message!r})" if message else "")
+    if stub[1] == problem:
+        return f"{text}: {stub[2]} still raises NotImplementedError"
+    return f"{text}: it builds on Problem {stub[1]}, whose {stub[2]} still raises NotImplementedError"
 
 
 def _exit_reason(code: int | None) -> str:
@@ -142,11 +163,14 @@ def grade(
     timeout: float | None = None,
     seed: int | None = None,
     on_result: Callable[[Report, Result], None] | None = None,
+    budget: Budget | None = None,
 ) -> Report:
     """Grade ``submission`` against the active criteria of ``rubric``.
 
     ``timeout`` replaces every criterion's own; ``seed`` (fresh when None) makes a run
     reproducible; ``on_result(report, result)`` is called as each criterion finishes.
+    ``budget``: the whole run's time; a criterion gets at most what is left of it, and once less
+    than ``MIN_CRITERION_SECONDS`` is left the rest are not run (status ``timeout``, with why).
 
     Raises:
         ValueError: ``only`` names no criterion.
@@ -156,7 +180,7 @@ def grade(
     with contextlib.ExitStack() as stack:
         harness = _start_harness(stack, report, submission, rubric, criteria)
         for criterion in criteria:
-            result = _grade_criterion(criterion, report, submission, rubric, harness, timeout)
+            result = _grade_criterion(criterion, report, submission, rubric, harness, timeout, budget)
             report.results.append(result)
             if on_result is not None:
                 on_result(report, result)
@@ -179,6 +203,8 @@ def _new_report(submission: Submission, rubric: Rubric, planned: int, seed: int 
         report.flag(f"policy scan: {', '.join(names)}")
     if len(findings) > policy.FINDINGS_KEPT:
         report.note(f"the policy scan found {len(findings)} uses; the report lists the first {policy.FINDINGS_KEPT}")
+    if submission.skipped:
+        report.note(f"skipped in the archive: {'; '.join(submission.skipped)}")
     if submission.ignored:
         report.note(f"ignored files in the submission (only the student files are graded): {', '.join(submission.ignored[:10])}")
     return report
@@ -204,11 +230,11 @@ def _start_harness(stack: contextlib.ExitStack, report: Report, submission: Subm
 
 
 def _grade_criterion(criterion: Criterion, report: Report, submission: Submission, rubric: Rubric,
-                     harness: Harness | str | None, timeout: float | None) -> Result:
+                     harness: Harness | str | None, timeout: float | None, budget: Budget | None) -> Result:
     started = time.perf_counter()
     limit = timeout if timeout is not None else criterion.timeout
     try:
-        status, message, output, details = _verdict(criterion, report, submission, rubric, harness, limit)
+        status, message, output, details = _verdict(criterion, report, submission, rubric, harness, limit, budget)
     except Exception:  # noqa: BLE001 - the grader broke: say so loudly, and grade the other criteria
         status, output, details = Status.ERROR, "", {}
         message = f"grader error grading {criterion.id}:\n{traceback.format_exc(limit=-4)}"
@@ -221,7 +247,7 @@ def _grade_criterion(criterion: Criterion, report: Report, submission: Submissio
 
 
 def _verdict(criterion: Criterion, report: Report, submission: Submission, rubric: Rubric,
-             harness: Harness | str | None, limit: float) -> tuple[Status, str, str, dict]:
+             harness: Harness | str | None, limit: float, budget: Budget | None) -> tuple[Status, str, str, dict]:
     """``(status, message, output, details)`` of one criterion."""
     gpus, wanted = report.environment["gpus"], HARDWARE[criterion.needs]
     if wanted > gpus:
@@ -233,6 +259,14 @@ def _verdict(criterion: Criterion, report: Report, submission: Submission, rubri
         return Status.FAILED, f"missing {missing} (not in the submission)", "", {}
     if not isinstance(harness, Harness):
         return Status.ERROR, harness or "grader error: no harness was started", "", {}
+    full_limit = limit
+    if budget is not None:
+        if budget.left() < MIN_CRITERION_SECONDS:
+            return Status.TIMEOUT, (
+                f"not graded: the whole run's time budget ({budget.seconds:.0f} s) was used up before this criterion "
+                "(earlier criteria ran long or timed out)"
+            ), "", {}
+        limit = min(limit, round(budget.left(), 1))
     try:
         outcome = harness.run(criterion, report.seed, limit)
     except (HarnessError, OSError) as error:
@@ -244,6 +278,8 @@ def _verdict(criterion: Criterion, report: Report, submission: Submission, rubri
             report.flag(f"{criterion.id}: the judge could not read what the child reported")
         return status, message, outcome.output, details
     status, message = judge(criterion, report.seed, outcome, submission, limit, rubric.settings.output_limit_mb)
+    if status == Status.TIMEOUT and limit < full_limit and budget is not None:
+        message += f" (its limit is {full_limit:g} s; only {limit:.0f} s of the run's {budget.seconds:.0f} s budget were left)"
     return status, message, outcome.output, {}
 
 

@@ -134,6 +134,11 @@ def format_points(value: float) -> str:
     return f"{value:g}"
 
 
+def points_phrase(value: float) -> str:
+    """``1 point``, ``2.5 points``."""
+    return f"{format_points(value)} point{'' if value == 1 else 's'}"
+
+
 @dataclass
 class Result:
     """The outcome of one criterion, as the reports show it."""

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 
-from grader.protocol import Report, Result, Status, printable, write_atomic
+from grader.protocol import Report, Result, Status, points_phrase, printable, write_atomic
 from grader.protocol import format_points as _points
 from grader.rubric import Rubric
 
@@ -31,6 +32,37 @@ def _output_tail(result: Result) -> str:
     return "\n".join(lines)
 
 
+def _failures(results: list[Result]) -> list[str]:
+    """Each failure with its message. Failures that share a one-line message and printed
+    nothing (a missing file fails every criterion of its problems alike) are one line."""
+    shared = Counter((r.status, r.message) for r in results if not r.output and "\n" not in r.message)
+    lines, grouped = [], set()
+    for result in results:
+        key = (result.status, result.message)
+        if shared.get(key, 0) > 1:
+            if key not in grouped:
+                grouped.add(key)
+                lines.append(_group_line([r for r in results if (r.status, r.message) == key and not r.output]))
+            continue
+        lines.append(f"{result.id} ({points_phrase(result.points)}): {result.status}")
+        lines.append(_indent(result.message))
+        if result.output:
+            lines.append(f"    your code printed (last {OUTPUT_LINES_SHOWN} lines at most):")
+            lines.append(_indent(_output_tail(result), "      | "))
+    return lines
+
+
+def _group_line(results: list[Result]) -> str:
+    """``3.3-mlp, 3.3-layer (6 points): failed: <message>``; past four criteria, their problems."""
+    points = points_phrase(sum(r.points for r in results))
+    if len(results) <= 4:
+        who = f"{', '.join(r.id for r in results)} ({points})"
+    else:
+        problems = list(dict.fromkeys(r.problem for r in results))
+        who = f"Problem{'s' if len(problems) > 1 else ''} {', '.join(problems)} ({len(results)} criteria, {points})"
+    return f"{who}: {results[0].status}: {results[0].message}"
+
+
 def summary(report: Report, rubric: Rubric) -> str:
     """The table per problem and the total, then every failure message."""
     problems: dict[str, list[Result]] = {}
@@ -45,19 +77,14 @@ def summary(report: Report, rubric: Rubric) -> str:
         note = f"  blocked: {blocked[0].message}" if blocked else ""
         lines.append(f"{problem:<8}{rubric.title_of(problem):<{width + 2}}{_points(earned):>5}/{_points(points):<4}{note}")
     total = f"{_points(report.score):>5}/{_points(report.max_score):<4}"
-    blocked_note = f"  ({_points(report.blocked_points)} points blocked: hardware missing)" if report.blocked_points else ""
+    blocked_note = f"  ({points_phrase(report.blocked_points)} blocked: hardware missing)" if report.blocked_points else ""
     lines.append(f"{'Total':<{width + 10}}{total}{blocked_note}")
     if not report.complete:
         lines.append(f"(incomplete: {len(report.results)} of {report.planned} criteria graded)")
     problems_shown = [r for r in report.results if r.status not in (Status.PASSED, Status.BLOCKED)]
     if problems_shown:
         lines += ["", "What went wrong:"]
-        for result in problems_shown:
-            lines.append(f"{result.id} ({_points(result.points)} points): {result.status}")
-            lines.append(_indent(result.message))
-            if result.output:
-                lines.append(f"    your code printed (last {OUTPUT_LINES_SHOWN} lines at most):")
-                lines.append(_indent(_output_tail(result), "      | "))
+        lines += _failures(problems_shown)
     if report.count(Status.ERROR):
         lines += ["", f"GRADER ERROR in {report.count(Status.ERROR)} criteria: the grader broke, not the submission. Tell the course staff."]
     for note in report.notes:
@@ -74,28 +101,46 @@ def summary(report: Report, rubric: Rubric) -> str:
     return printable("\n".join(lines))
 
 
+GPU_NOTE = (
+    "Not graded here, and not counted in this score: {names}. This autograder has no GPU; "
+    "the course staff grade these criteria separately on GPUs."
+)
+UNFINISHED_NOTE = (
+    "Grading has not finished: only the criteria listed were graded. If this message stays, the "
+    "autograder was stopped (its time limit?) before the others; tell the course staff."
+)
+
+
 def gradescope(report: Report, rubric: Rubric, seconds: float) -> dict:
-    """Gradescope's results.json for ``report``."""
-    tests, index = [], {}  # type: list[dict], dict[str, int]
+    """Gradescope's results.json for ``report``: one test per criterion with the rubric's
+    visibility. Blocked criteria (hardware this machine lacks) are left out of the tests and
+    the score, so a CPU-only run never shows them as failed; a note names them."""
+    visibility = {criterion.id: criterion.visibility for criterion in rubric.criteria}
+    tests, index, blocked = [], {}, []  # type: list[dict], dict[str, int], list[str]
     for result in report.results:
         index[result.problem] = index.get(result.problem, 0) + 1
+        if result.status == Status.BLOCKED:
+            blocked.append(f"{result.id} ({_points(result.points)} points, {result.message})")
+            continue
         output = result.message
         if result.output:
             output += f"\n\nYour code printed (last {OUTPUT_LINES_SHOWN} lines):\n{_output_tail(result)}"
-        test = {
+        tests.append({
             "name": f"{result.id}: {result.title}",
             "number": f"{result.problem}.{index[result.problem]}",
             "score": result.earned,
             "max_score": result.points,
             "status": "passed" if result.status == Status.PASSED else "failed",
             "output": printable(f"[{result.status}] {output}".rstrip()) if result.status != Status.PASSED else "passed",
-            "visibility": "visible",
-        }
-        tests.append(test)
+            "visibility": visibility.get(result.id, "visible"),
+        })
+    notes = [GPU_NOTE.format(names="; ".join(blocked))] if blocked else []
+    if not report.complete:
+        notes.append(UNFINISHED_NOTE)
     return {
-        "score": report.score,
+        "score": sum(test["score"] for test in tests),
         "execution_time": int(round(seconds)),
-        "output": summary(report, rubric).strip(),
+        "output": "\n\n".join([*notes, summary(report, rubric).strip()]),
         "tests": tests,
     }
 

@@ -24,11 +24,17 @@ _ID = re.compile(r"^\d+\.\d+-[a-z0-9]+(-[a-z0-9]+)*$")
 _NAME = re.compile(r"^\.?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _CHECK = re.compile(r"^[a-z_][a-z0-9_]*:[a-z_][a-z0-9_]*$")
 
-CRITERION_KEYS = {"id", "problem", "title", "points", "needs", "check", "timeout", "params", "enabled"}
+CRITERION_KEYS = {"id", "problem", "title", "points", "needs", "check", "timeout", "params", "enabled", "visibility"}
 REQUIRED_KEYS = ("id", "problem", "title", "points", "needs", "check")
 SETTINGS_KEYS = {"timeout", "memory_mb", "output_limit_mb", "max_processes", "user", "disabled_problems"}
-TOP_LEVEL_KEYS = {"grader", "problems", "criterion", "policy"}
+TOP_LEVEL_KEYS = {"grader", "problems", "criterion", "policy", "gradescope"}
 POLICY_KEYS = {"forbidden"}
+GRADESCOPE_KEYS = {"budget"}
+# When Gradescope shows a test to the student (its results.json `visibility`).
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+# Gradescope stops an autograder at 10 minutes unless the assignment's settings say otherwise;
+# the run's budget leaves room for starting Python and torch on a fraction of a CPU.
+DEFAULT_GRADESCOPE_BUDGET = 480.0
 
 
 class RubricError(ValueError):
@@ -67,6 +73,7 @@ class Criterion:
     timeout: float
     params: dict = field(default_factory=dict)
     enabled: bool = True
+    visibility: str = "visible"
 
     @property
     def module(self) -> str:
@@ -86,6 +93,7 @@ class Rubric:
     criteria: tuple[Criterion, ...]
     problem_titles: dict[str, str]
     forbidden: tuple[str, ...] = ()
+    gradescope_budget: float = DEFAULT_GRADESCOPE_BUDGET
 
     def active(self) -> list[Criterion]:
         """The criteria to grade: enabled ones of problems that are not disabled."""
@@ -189,10 +197,14 @@ def _criterion(entry: Any, index: int, settings: Settings, where: str) -> Criter
     enabled = entry.get("enabled", True)
     if not isinstance(enabled, bool):
         raise RubricError(f"{label}: enabled must be true or false, got {enabled!r}")
+    visibility = entry.get("visibility", "visible")
+    if visibility not in VISIBILITIES:
+        raise RubricError(f"{label}: visibility must be one of {', '.join(repr(v) for v in VISIBILITIES)}, got {visibility!r}")
     _check_function(entry["check"], label)
     return Criterion(
         id=entry["id"], problem=entry["problem"], title=entry["title"].strip(), points=entry["points"],
         needs=entry["needs"], check=entry["check"], timeout=float(timeout), params=params, enabled=enabled,
+        visibility=visibility,
     )
 
 
@@ -205,7 +217,7 @@ def parse_rubric(text: str, path: Path = DEFAULT_RUBRIC) -> Rubric:
         raise RubricError(f"{where}: not valid TOML: {error}") from None
     unknown = sorted(set(data) - TOP_LEVEL_KEYS)
     if unknown:
-        raise RubricError(f"{where}: unknown top-level key {unknown[0]!r} (known: [grader], [problems], [policy], [[criterion]])")
+        raise RubricError(f"{where}: unknown top-level key {unknown[0]!r} (known: [grader], [problems], [policy], [gradescope], [[criterion]])")
     settings = _settings(data.get("grader", {}), where)
     titles = data.get("problems", {})
     if not isinstance(titles, dict) or not all(_PROBLEM.match(k) and isinstance(v, str) for k, v in titles.items()):
@@ -226,7 +238,31 @@ def parse_rubric(text: str, path: Path = DEFAULT_RUBRIC) -> Rubric:
         if problem not in problems:
             raise RubricError(f"{where}: [grader] disabled_problems names {problem!r}, which no criterion belongs to")
     return Rubric(path=path, settings=settings, criteria=tuple(criteria), problem_titles=dict(titles),
-                  forbidden=_policy(data.get("policy", {}), where))
+                  forbidden=_policy(data.get("policy", {}), where),
+                  gradescope_budget=_gradescope_budget(data.get("gradescope", {}), where))
+
+
+def _gradescope_budget(table: Any, where: str) -> float:
+    """``[gradescope] budget``: seconds the whole Gradescope run may take."""
+    if not isinstance(table, dict):
+        raise RubricError(f"{where}: [gradescope] must be a table")
+    unknown = sorted(set(table) - GRADESCOPE_KEYS)
+    if unknown:
+        raise RubricError(f"{where}: [gradescope] has unknown key {unknown[0]!r} (known: {', '.join(sorted(GRADESCOPE_KEYS))})")
+    budget = table.get("budget", DEFAULT_GRADESCOPE_BUDGET)
+    if not _is_number(budget) or budget <= 0:
+        raise RubricError(f"{where}: [gradescope] budget must be a positive number of seconds, got {budget!r}")
+    return float(budget)
+
+
+def gradescope_budget(path: str | Path = DEFAULT_RUBRIC) -> float:
+    """The ``[gradescope] budget`` of the rubric at ``path``, read without importing the checks
+    (the Gradescope wrapper needs it before torch is loaded); the default when the file cannot
+    be read or is wrong (the grader then reports the mistake itself)."""
+    try:
+        return _gradescope_budget(tomllib.loads(Path(path).read_text(encoding="utf-8")).get("gradescope", {}), str(path))
+    except (OSError, ValueError):
+        return DEFAULT_GRADESCOPE_BUDGET
 
 
 def _policy(table: Any, where: str) -> tuple[str, ...]:

@@ -1,27 +1,39 @@
-"""Read a submission: the student files from a folder or a .zip, and nothing else.
+"""Read a submission: the student files from a folder or an archive, and nothing else.
 
 Only ``pipeline.py`` and ``tensor_parallel.py`` are ever taken from a submission; every other
-file in it (conftest.py, sitecustomize.py, a module shadowing torch) is ignored. A zip is
-never extracted: the two files are read from it into memory, each at most
-``MAX_FILE_BYTES``, so paths inside it (``../../etc``) and zip bombs cannot do harm.
+file in it (conftest.py, sitecustomize.py, a module shadowing torch) is ignored. An archive
+(.zip, .tar.gz, .tgz, .tar) is never extracted: the two files are read from it into memory,
+each at most ``MAX_FILE_BYTES``. What students' tools write is accepted: Windows paths
+(``hw\\pipeline.py``), macOS metadata (``__MACOSX/``, ``._pipeline.py``: skipped), a folder or
+two around the files. What could do harm is refused with the reason: paths that leave the
+folder (``../../etc``, ``/abs``), a student file that is a link or a device, an archive that
+unpacks to more than ``MAX_UNPACKED_BYTES`` or holds more than ``MAX_ARCHIVE_ENTRIES`` entries.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import os
 import stat
+import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import IO, cast
 
 from grader.layout import FILE_OF_PROBLEM, STUDENT_FILES, provided_names
 
 MAX_FILE_BYTES = 1_000_000
-MAX_ZIP_BYTES = 50_000_000
-MAX_ZIP_ENTRIES = 2_000
-# Where a student file may sit: at the top, in minitorch/, or one folder deeper than that
-# (a zip of the folder itself: hw5/minitorch/pipeline.py).
-MAX_DEPTH = 2
+# Archives a submission may be: what students upload, made on Windows, macOS or Linux.
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
+MAX_ARCHIVE_BYTES = 50_000_000
+MAX_ARCHIVE_ENTRIES = 2_000
+MAX_UNPACKED_BYTES = 200_000_000  # a .tar.gz is read as a stream: no more than this unpacked
+# Folders above a student file in an archive: hw5/minitorch/pipeline.py is 2, a download of a
+# repository inside a folder named after the student ("Alice - HW5/hw5-main/minitorch/") is 3.
+MAX_DEPTH = 4
 
 
 class SubmissionNotFound(Exception):
@@ -42,6 +54,7 @@ class Submission:
     problem: str | None = None
     notes: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     def missing(self) -> list[str]:
         return [name for name in STUDENT_FILES if name not in self.files]
@@ -104,64 +117,158 @@ def _other_files(folder: Path, limit: int = 200) -> list[str]:
     return found
 
 
-def _zip_member(archive: zipfile.ZipFile, name: str) -> zipfile.ZipInfo | None:
-    """The shallowest entry called ``name``; ValueError when that is ambiguous."""
-    candidates = []
-    for info in archive.infolist():
-        parts = PurePosixPath(info.filename).parts
-        if info.is_dir() or not parts or parts[-1] != name or parts[0] == "__MACOSX":
-            continue
-        if len(parts) - 1 <= MAX_DEPTH:
-            candidates.append((len(parts), info))
+@dataclass
+class _Member:
+    """One entry of an archive: its stored name, its path parts (``\\`` read as a folder
+    separator, as Windows tools write it), what it is, and its bytes once read."""
+
+    name: str
+    parts: tuple[str, ...]
+    kind: str  # "file", "folder", "link" or "special" (device, fifo)
+    size: int
+    data: bytes | None = None
+
+
+def is_macos_metadata(name: str) -> bool:
+    """``__MACOSX/...``, ``._name`` and ``.DS_Store``: what macOS adds to the archives it makes."""
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    return bool(parts) and (parts[0] == "__MACOSX" or parts[-1].startswith("._") or parts[-1] == ".DS_Store")
+
+
+def _parts(name: str) -> tuple[str, ...]:
+    """The path parts of an archive entry; ValueError for a path that could leave a folder."""
+    path = PurePosixPath(name.replace("\\", "/"))
+    if path.is_absolute() or ".." in path.parts or ":" in name:
+        raise ValueError(f"the archive holds an unsafe path {name!r}")
+    return tuple(part for part in path.parts if part != ".")
+
+
+def _choose(members: list[_Member], name: str) -> _Member | None:
+    """The shallowest ``name`` among ``members``; ValueError when that is ambiguous or unsafe."""
+    candidates = [m for m in members if m.parts and m.parts[-1] == name and m.kind != "folder"
+                  and not is_macos_metadata(m.name) and len(m.parts) - 1 <= MAX_DEPTH]
     if not candidates:
         return None
-    shallowest = min(depth for depth, _ in candidates)
-    found = [info for depth, info in candidates if depth == shallowest]
+    shallowest = min(len(m.parts) for m in candidates)
+    found = [m for m in candidates if len(m.parts) == shallowest]
     if len(found) > 1:
-        names = ", ".join(info.filename for info in found)
-        raise ValueError(f"the zip holds several {name} ({names}); keep only one")
+        raise ValueError(f"the archive holds several {name} ({', '.join(m.name for m in found)}); keep only one")
+    if found[0].kind != "file":
+        kind = "device or pipe" if found[0].kind == "special" else found[0].kind
+        raise ValueError(f"{found[0].name} in the archive is a {kind}, not a file")
+    if found[0].size > MAX_FILE_BYTES:
+        raise ValueError(f"{found[0].name} is {found[0].size} bytes; the limit is {MAX_FILE_BYTES}")
     return found[0]
 
 
-def _check_entries(archive: zipfile.ZipFile) -> None:
-    entries = archive.infolist()
-    if len(entries) > MAX_ZIP_ENTRIES:
-        raise ValueError(f"the zip has {len(entries)} entries; the limit is {MAX_ZIP_ENTRIES}")
-    for info in entries:
-        path = PurePosixPath(info.filename.replace("\\", "/"))
-        if path.is_absolute() or ".." in path.parts or ":" in info.filename:
-            raise ValueError(f"the zip holds an unsafe path {info.filename!r}")
+def _choose_all(members: list[_Member]) -> dict[str, _Member]:
+    """Student file name -> the entry graded as that file (see :func:`_choose`)."""
+    chosen = {}
+    for name in STUDENT_FILES:
+        member = _choose(members, name)
+        if member is not None:
+            chosen[name] = member
+    return chosen
 
 
-def _from_zip(path: Path) -> Submission:
+def _skipped(members: list[_Member]) -> list[str]:
+    """What the archive holds that is never looked at, in words (the report's notes)."""
+    said = []
+    metadata = [m for m in members if is_macos_metadata(m.name)]
+    if metadata:
+        said.append(f"{len(metadata)} macOS metadata entries (__MACOSX/, ._ files)")
+    unusual = [m.name for m in members if m.kind in ("link", "special") and not is_macos_metadata(m.name)]
+    if unusual:
+        said.append(f"{len(unusual)} links or special files ({', '.join(unusual[:5])})")
+    return said
+
+
+def _zip_members(archive: zipfile.ZipFile) -> list[_Member]:
+    members = []
+    for info in archive.infolist():
+        mode = info.external_attr >> 16
+        kind = "folder" if info.is_dir() else "link" if stat.S_ISLNK(mode) else "file"
+        members.append(_Member(info.filename, _parts(info.filename), kind, info.file_size))
+    return members
+
+
+def _read_zip(path: Path) -> tuple[list[_Member], dict[str, _Member]]:
+    with zipfile.ZipFile(path) as archive:
+        if len(archive.infolist()) > MAX_ARCHIVE_ENTRIES:
+            raise ValueError(f"the archive has {len(archive.infolist())} entries; the limit is {MAX_ARCHIVE_ENTRIES}")
+        members = _zip_members(archive)
+        chosen = _choose_all(members)
+        for member in chosen.values():
+            with archive.open(member.name) as handle:
+                member.data = handle.read(MAX_FILE_BYTES + 1)
+    return members, chosen
+
+
+class _Bounded:
+    """A file object that refuses to give more than ``limit`` bytes: a .tar.gz that unpacks to
+    gigabytes (a decompression bomb) is stopped, not read."""
+
+    def __init__(self, stream, limit: int):
+        self.stream, self.left, self.limit = stream, limit, limit
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(self.left + 1 if size is None or size < 0 else min(size, self.left + 1))
+        self.left -= len(data)
+        if self.left < 0:
+            raise ValueError(f"the archive unpacks to more than {self.limit} bytes")
+        return data
+
+
+def _tar_stream(path: Path) -> io.BufferedIOBase:
+    """The archive's tar bytes: gunzipped for .tar.gz and .tgz."""
+    return gzip.GzipFile(path, "rb") if path.name.lower().endswith((".tar.gz", ".tgz")) else open(path, "rb")
+
+
+def _tar_kind(info: tarfile.TarInfo) -> str:
+    if info.isreg():
+        return "file"
+    if info.isdir():
+        return "folder"
+    return "link" if info.issym() or info.islnk() else "special"
+
+
+def _read_tar(path: Path) -> tuple[list[_Member], dict[str, _Member]]:
+    """One pass over the archive as a stream, never extracted: the student files are read into
+    memory as they pass (an archive can only be read in order)."""
+    members: list[_Member] = []
+    bounded = cast(IO[bytes], _Bounded(raw := _tar_stream(path), MAX_UNPACKED_BYTES))  # read() is all tarfile's stream mode uses
+    with raw, tarfile.open(fileobj=bounded, mode="r|") as archive:
+        for info in archive:
+            if len(members) >= MAX_ARCHIVE_ENTRIES:
+                raise ValueError(f"the archive has more than {MAX_ARCHIVE_ENTRIES} entries")
+            member = _Member(info.name, _parts(info.name), _tar_kind(info), info.size)
+            if member.kind == "file" and member.parts and member.parts[-1] in STUDENT_FILES and member.size <= MAX_FILE_BYTES:
+                handle = archive.extractfile(info)
+                member.data = handle.read() if handle is not None else None
+            members.append(member)
+    return members, _choose_all(members)
+
+
+def _from_archive(path: Path) -> Submission:
     submission = Submission(str(path))
     try:
-        if path.stat().st_size > MAX_ZIP_BYTES:
-            raise ValueError(f"the zip is {path.stat().st_size} bytes; the limit is {MAX_ZIP_BYTES}")
-        with zipfile.ZipFile(path) as archive:
-            _check_entries(archive)
-            submission.ignored = [
-                i.filename for i in archive.infolist()
-                if not i.is_dir() and i.filename.endswith(CODE_SUFFIXES)
-                and PurePosixPath(i.filename).name not in PROVIDED_NAMES.union(STUDENT_FILES)
-            ][:200]
-            for name in STUDENT_FILES:
-                info = _zip_member(archive, name)
-                if info is None:
-                    continue
-                if stat.S_ISLNK(info.external_attr >> 16):
-                    raise ValueError(f"{info.filename} in the zip is a symbolic link")
-                if info.file_size > MAX_FILE_BYTES:
-                    raise ValueError(f"{info.filename} is {info.file_size} bytes; the limit is {MAX_FILE_BYTES}")
-                with archive.open(info) as member:
-                    data = member.read(MAX_FILE_BYTES + 1)
-                if len(data) > MAX_FILE_BYTES:
-                    raise ValueError(f"{info.filename} unpacks to more than {MAX_FILE_BYTES} bytes")
-                submission.files[name] = data
-                submission.notes.append(f"{name} from {info.filename} in the zip")
-    except (OSError, ValueError, RuntimeError, EOFError, NotImplementedError, zipfile.BadZipFile) as error:
+        if path.stat().st_size > MAX_ARCHIVE_BYTES:
+            raise ValueError(f"the archive is {path.stat().st_size} bytes; the limit is {MAX_ARCHIVE_BYTES}")
+        members, chosen = _read_zip(path) if path.name.lower().endswith(".zip") else _read_tar(path)
+        for name, member in chosen.items():
+            if member.data is None or len(member.data) > MAX_FILE_BYTES:
+                raise ValueError(f"{member.name} unpacks to more than {MAX_FILE_BYTES} bytes")
+            submission.files[name] = member.data
+            submission.notes.append(f"{name} from {member.name} in {path.name}")
+        submission.ignored = [
+            m.name for m in members
+            if m.kind == "file" and m.name.endswith(CODE_SUFFIXES) and not is_macos_metadata(m.name)
+            and m.parts[-1] not in PROVIDED_NAMES.union(STUDENT_FILES)
+        ][:200]
+        submission.skipped = _skipped(members)
+    except (OSError, ValueError, RuntimeError, EOFError, NotImplementedError, zipfile.BadZipFile, tarfile.TarError, zlib.error) as error:
         submission.files.clear()
-        submission.problem = f"cannot read the zip {path.name}: {error}"
+        submission.problem = f"cannot read the archive {path.name}: {error}"
     return submission
 
 
@@ -174,14 +281,15 @@ def load_submission(path: str | os.PathLike) -> Submission:
     path = Path(path)
     if path.is_dir():
         return _from_folder(path)
-    if path.is_file() and path.suffix.lower() == ".zip":
-        return _from_zip(path)
+    if path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES):
+        return _from_archive(path)
     if path.is_file() and path.name in STUDENT_FILES:
         return _single_file(path)
     if not path.exists():
         raise SubmissionNotFound(f"{path}: no such file or folder")
     raise SubmissionNotFound(
-        f"{path}: expected a folder holding {' and/or '.join(STUDENT_FILES)}, a .zip of one, or one of those files"
+        f"{path}: expected a folder holding {' and/or '.join(STUDENT_FILES)}, an archive of one "
+        f"({', '.join(ARCHIVE_SUFFIXES)}), or one of those files"
     )
 
 

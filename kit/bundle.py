@@ -24,6 +24,9 @@ ENGINE = (
     "grader/grading.py", "grader/harness.py", "grader/layout.py", "grader/policy.py", "grader/processes.py",
     "grader/protocol.py", "grader/report.py", "grader/rubric.py", "grader/submission.py",
     "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/compare.py",
+    # what the batch, dashboard and slurm command modules import (the command line imports every command)
+    "grader/canvas.py", "grader/discovery.py", "grader/gradebook.py", "grader/regrade.py",
+    "grader/similarity.py", "grader/templates/dashboard.html.j2",
 )
 
 

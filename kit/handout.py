@@ -11,7 +11,8 @@ Solutions are written once, in the answer key ``minitorch/``, between markers::
 :func:`strip_solutions` replaces every such region with a stub that raises
 ``NotImplementedError("Problem 2.1: clock_cycles")``. ``python -m kit build``
 writes the kit ``handout/`` (provided files verbatim, student files stripped, the public
-tests, a Makefile, a pyproject, the write-up and the pictures it links, ``figures/*.svg``);
+tests, a Makefile with ``submit.py`` behind ``make submit``, a pyproject, the write-up and
+the pictures it links, ``figures/*.svg``);
 ``python -m kit check`` fails when the committed ``handout/`` differs from a fresh
 generation.
 """
@@ -29,6 +30,7 @@ from pathlib import Path
 from grader.layout import DEFAULT_RUBRIC, REPOSITORY, STUDENT_FILES
 from grader.tomlcompat import tomllib
 from kit import writeup
+from minitorch.cli import stub_message
 
 REPO = REPOSITORY  # a module attribute, so that tests can build from a copy of the repository
 KIT_TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -152,7 +154,7 @@ def strip_solutions(source: str, filename: str = "<source>") -> str:
         name = _enclosing_function(tree, region, filename)
         stub = [
             f"{region.indent}# TODO: Implement for Problem {region.problem}.{newline}",
-            f'{region.indent}raise NotImplementedError("Problem {region.problem}: {name}"){newline}',
+            f'{region.indent}raise NotImplementedError("{stub_message(region.problem, name)}"){newline}',
         ]
         lines[region.begin - 1 : region.end] = stub
     stripped = "".join(lines)
@@ -173,7 +175,8 @@ def _kit_pyproject() -> str:
         'testpaths = ["tests"]\n'
         '# The kit is never installed: tests import minitorch from this folder.\n'
         'pythonpath = ["."]\n'
-        f'addopts = "{options["addopts"]}"\n'
+        "# Short tracebacks; a test that stops at a stub is one NOT IMPLEMENTED letter (tests/conftest.py).\n"
+        f'addopts = "{options["addopts"]} --tb=short"\n'
         f'timeout = {options["timeout"]}\n'
         f"markers = [\n{markers}]\n"
     )
@@ -203,11 +206,14 @@ def _kit_files(student_files: list[str]) -> dict[str, str | bytes | Path]:
         files[name] = REPO / name
     files["pyproject.toml"] = _kit_pyproject()
     makefile = (KIT_TEMPLATES / "Makefile.in").read_text()
+    # The virtual-environment rules are this repository's own (kit/templates/venv.mk), inlined.
+    makefile = makefile.replace("@VENV_MK@", (KIT_TEMPLATES / "venv.mk").read_text().rstrip("\n"))
     files["Makefile"] = makefile.replace("@STUDENT_FILES@", " ".join(f"minitorch/{n}" for n in student_files))
     files[".gitignore"] = KIT_TEMPLATES / "gitignore"
+    files["submit.py"] = KIT_TEMPLATES / "submit.py"  # what `make submit` runs
     # The README and the pictures it links (figures/*.svg), all computed at build time.
     rubric = REPO / DEFAULT_RUBRIC.relative_to(REPOSITORY)
-    files.update(writeup.render_files(REPO / "writeup" / "README.md.in", rubric))
+    files.update(writeup.render_files(REPO / "writeup" / "README.md.in", rubric, public))
     return files
 
 

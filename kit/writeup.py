@@ -4,8 +4,11 @@ The template ``writeup/README.md.in`` is Markdown with a few directives, each in
 
 ``{{include problem2.md}}``   the rendered text of another file in ``writeup/``
 ``{{points_summary}}``        a table of points per problem, from ``grader/rubric.toml``
-``{{points_table 2}}``        the criteria of Problem 2 (2.1, 2.2, ...) with their points
+``{{points_table 2}}``        the criteria of Problem 2 (2.1, 2.2, ...) with their points and the
+                              public tests that catch the same mistakes (their ``criterion`` markers)
 ``{{points 2.2}}``            the points of one problem or sub-problem, inline
+``{{policy_forbidden}}``      the names the grader's policy scan flags for review, inline
+                              (``[policy] forbidden`` of the rubric)
 ``{{figure NAME ARGS}}``      a text figure computed at build time by ``FIGURES[NAME](*ARGS)``
 ``{{svg SCHEDULE K M [k=v]}}``  a picture of a simulated schedule: the build writes it to
                               ``figures/<name>.svg`` beside the README, and this becomes its link
@@ -33,7 +36,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from grader.protocol import format_points as _points
-from grader.rubric import HARDWARE, Criterion, RubricError, load_rubric
+from grader.rubric import HARDWARE, Criterion, Rubric, RubricError, load_rubric
+from kit.public_tests import MarkerError, criterion_tests
 
 T = TypeVar("T")
 _DIRECTIVE = re.compile(r"\{\{(.*?)\}\}")
@@ -44,15 +48,27 @@ class WriteupError(Exception):
     """A problem with the write-up sources or the rubric; the message names the file."""
 
 
-def read_criteria(rubric_path: Path) -> list[Criterion]:
-    """The criteria the grader grades, read by the grader's own rubric parser."""
+def read_rubric(rubric_path: Path) -> Rubric:
+    """The rubric, read by the grader's own parser, with at least one criterion to grade."""
     try:
-        criteria = load_rubric(rubric_path).active()
+        rubric = load_rubric(rubric_path)
     except RubricError as error:
         raise WriteupError(f"{error} (the write-up's points tables are generated from the rubric)") from None
-    if not criteria:
+    if not rubric.active():
         raise WriteupError(f"{rubric_path}: no criterion to grade (all disabled)")
-    return criteria
+    return rubric
+
+
+def read_criteria(rubric_path: Path) -> list[Criterion]:
+    """The criteria the grader grades, read by the grader's own rubric parser."""
+    return read_rubric(rubric_path).active()
+
+
+def policy_forbidden(rubric: Rubric) -> str:
+    """The policy scan's names as inline code: ```inspect`, `gc`, `.__wrapped__```."""
+    if not rubric.forbidden:
+        return "no names (this course's rubric flags none)"
+    return ", ".join(f"`{name}`" for name in rubric.forbidden)
 
 
 def runs_on(criterion: Criterion) -> str:
@@ -71,15 +87,28 @@ def points(criteria: list[Criterion], problem: str) -> str:
     return _points(sum(c.points for c in chosen))
 
 
-def points_table(criteria: list[Criterion], problem: str) -> str:
-    """Markdown table of the criteria of ``problem`` (e.g. ``2`` or ``2.2``)."""
+def points_table(criteria: list[Criterion], problem: str, public: dict[str, list[str]] | None = None) -> str:
+    """Markdown table of the criteria of ``problem`` (e.g. ``2`` or ``2.2``); with ``public``
+    (criterion id -> public tests, :func:`kit.public_tests.criterion_tests`) a column names
+    the public tests that catch the same kind of mistake."""
     rows = [c for c in criteria if _in_problem(c, problem)]
     if not rows:
         raise WriteupError(f"no enabled criterion for problem {problem} in the rubric")
-    lines = ["| Criterion | What is checked | Points | Runs on |", "|---|---|---:|---|"]
-    lines += [f"| `{c.id}` | {c.title} | {_points(c.points)} | {runs_on(c)} |" for c in rows]
-    lines.append(f"| | **Problem {problem} total** | **{points(criteria, problem)}** | |")
+    if public is None:
+        lines = ["| Criterion | What is checked | Points | Runs on |", "|---|---|---:|---|"]
+        lines += [f"| `{c.id}` | {c.title} | {_points(c.points)} | {runs_on(c)} |" for c in rows]
+        lines.append(f"| | **Problem {problem} total** | **{points(criteria, problem)}** | |")
+        return "\n".join(lines)
+    lines = ["| Criterion | What is checked | Points | Runs on | Public tests |", "|---|---|---:|---|---|"]
+    lines += [f"| `{c.id}` | {c.title} | {_points(c.points)} | {runs_on(c)} | {_test_names(public.get(c.id, []))} |"
+              for c in rows]
+    lines.append(f"| | **Problem {problem} total** | **{points(criteria, problem)}** | | |")
     return "\n".join(lines)
+
+
+def _test_names(tests: list[str]) -> str:
+    """``test_file.py::test_name`` entries as the names a student passes to ``pytest -k``."""
+    return ", ".join(f"`{test.split('::')[-1]}`" for test in tests) or "(none)"
 
 
 def points_summary(criteria: list[Criterion]) -> str:
@@ -304,10 +333,12 @@ FIGURES: dict[str, Callable[..., str]] = {
 }
 
 
-def _expand(text: str, source: Path, criteria: list[Criterion], pictures: dict[str, str], depth: int = 0) -> str:
+def _expand(text: str, source: Path, rubric: Rubric, pictures: dict[str, str],
+            public: dict[str, list[str]] | None, depth: int = 0) -> str:
     if depth > 4:
         raise WriteupError(f"{source}: includes nested too deeply")
     text = _NOTE.sub("", text)
+    criteria = rubric.active()
 
     def directive(match: re.Match) -> str:
         words = match[1].split()
@@ -320,13 +351,15 @@ def _expand(text: str, source: Path, criteria: list[Criterion], pictures: dict[s
             path = source.parent / args[0]
             if not path.exists():
                 raise WriteupError(f"{where}: included file {path} not found")
-            return _expand(path.read_text(), path, criteria, pictures, depth + 1).rstrip("\n")
+            return _expand(path.read_text(), path, rubric, pictures, public, depth + 1).rstrip("\n")
         if name == "points_summary" and not args:
             return points_summary(criteria)
         if name == "points_table" and len(args) == 1:
-            return points_table(criteria, args[0])
+            return points_table(criteria, args[0], public)
         if name == "points" and len(args) == 1:
             return points(criteria, args[0])
+        if name == "policy_forbidden" and not args:
+            return policy_forbidden(rubric)
         try:
             if name == "figure" and args and args[0] in FIGURES:
                 return FIGURES[args[0]](*args[1:])
@@ -344,14 +377,19 @@ def _expand(text: str, source: Path, criteria: list[Criterion], pictures: dict[s
         raise WriteupError(f"{source}: rendering failed: {type(error).__name__}: {error}") from error
 
 
-def render(template: Path, rubric_path: Path) -> str:
+def render(template: Path, rubric_path: Path, public_tests: Path | None = None) -> str:
     """The rendered write-up: ``template`` with every directive expanded."""
-    return render_files(template, rubric_path)["README.md"]
+    return render_files(template, rubric_path, public_tests)["README.md"]
 
 
-def render_files(template: Path, rubric_path: Path) -> dict[str, str]:
+def render_files(template: Path, rubric_path: Path, public_tests: Path | None = None) -> dict[str, str]:
     """The write-up's files: ``{"README.md": text}`` plus every picture it links
-    (``"figures/<name>.svg": svg text``), paths relative to the README."""
+    (``"figures/<name>.svg": svg text``), paths relative to the README. ``public_tests`` is
+    the folder of the public tests whose criterion markers the points tables list."""
     pictures: dict[str, str] = {}
-    text = _expand(template.read_text(), template, read_criteria(rubric_path), pictures)
+    try:
+        public = criterion_tests(public_tests) if public_tests is not None else None
+    except MarkerError as error:
+        raise WriteupError(str(error)) from None
+    text = _expand(template.read_text(), template, read_rubric(rubric_path), pictures, public)
     return {"README.md": text, **dict(sorted(pictures.items()))}

@@ -1,6 +1,6 @@
 """Lecture companion: each section's tables and timelines, computed (provided).
 
-``python -m minitorch.companion SECTION`` with SECTION one of ``1 2 4 5 6 bubble all``:
+``python -m minitorch.companion [SECTION ...]`` with SECTION among ``1 2 4 5 6 bubble all``:
 
 - ``1``  why model parallelism: GPT-3 cut by layers, the naive pipeline, communication intensity
 - ``2``  GPipe: timeline, bubble vs M, throughput, and the micro-batch cost fit (timed ⏱)
@@ -14,15 +14,14 @@ Everything is deterministic except the parts marked ⏱, which time this machine
 maps a section to the function that prints it. Each section runs in well under 5 s.
 """
 import math
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from minitorch import cost_model, schedules
+from minitorch import cli, cost_model, schedules
 from minitorch.schedules import simulate
 
 
@@ -32,6 +31,10 @@ def _pipeline():
     from minitorch import pipeline
 
     return pipeline
+
+
+def _draw(timeline: schedules.Timeline) -> str:
+    return schedules.render_ascii(timeline, width=cli.terminal_width())
 
 
 A100_PEAK = 312e12  # FLOP/s, 16-bit
@@ -185,7 +188,7 @@ def measure_microbatch_cost(sizes=(1, 4, 16, 32, 64), width: int = 256, repeats:
 def section_2() -> None:
     print("2.3 GPipe, K = 4, M = 8 (F = 1, B = 2):")
     timeline = simulate(schedules.gpipe(4, 8), 1.0, 2.0)
-    print(schedules.render_ascii(timeline))
+    print(_draw(timeline))
     print(f"one step {timeline.makespan:g} units, bubble {timeline.bubble_fraction_of_total:.1%} of the total time\n")
     rows = bubble_vs_microbatches()
     print("   M  simulated  (K-1)/(M+K-1)  over ideal (K-1)/M")
@@ -284,12 +287,12 @@ def measured_recomputation(num_layers: int = 64) -> dict | None:
 def section_4() -> None:
     print("4.1 1F1B, K = 4, M = 8 (F = 1, B = 2):")
     timeline = simulate(_pipeline().one_f_one_b(4, 8), 1.0, 2.0)
-    print(schedules.render_ascii(timeline))
+    print(_draw(timeline))
     print(schedules.describe(timeline) + "\n")
     gpipe = simulate(schedules.gpipe(4, 8), 1.0, 2.0)
     interleaved = simulate(_pipeline().interleaved_one_f_one_b(4, 8, 2), 1.0, 2.0)
     print("4.2 interleaved, K = 4, M = 8, v = 2 (each chunk's F takes 1/2):")
-    print(schedules.render_ascii(interleaved))
+    print(_draw(interleaved))
     print(f"idle per device {interleaved.idle_per_device[0]:g} vs 1F1B {gpipe.idle_per_device[0]:g} (halved); "
           f"step {interleaved.makespan:g} vs {gpipe.makespan:g}; "
           f"peak in-flight {interleaved.peak_in_flight} (1F1B {simulate(_pipeline().one_f_one_b(4, 8)).peak_in_flight})\n")
@@ -388,7 +391,7 @@ def section_bubble() -> None:
     low, high = lesson["deepseek"]["DualPipe"]
     print(f"  DeepSeek-V3 table 2 at F = 1, B = 2, W = 1: 1F1B {lesson['deepseek']['1F1B']:g}, "
           f"ZB1P {lesson['deepseek']['ZB1P']:g}, DualPipe {low:g} to {high:g} (F&B from 2 to 3)")
-    print(schedules.render_ascii(simulate(schedules.zb_h1(4, 8), 1.0, 2.0, t_w=1.0)))
+    print(_draw(simulate(schedules.zb_h1(4, 8), 1.0, 2.0, t_w=1.0)))
 
 
 SECTIONS: dict[str, Callable[[], None]] = {
@@ -396,16 +399,25 @@ SECTIONS: dict[str, Callable[[], None]] = {
 }
 
 
-def main(argv=None) -> None:
-    names = (argv if argv is not None else sys.argv[1:]) or ["all"]
-    for name in names:
-        if name != "all" and name not in SECTIONS:
-            sys.exit(f"unknown section {name!r}; choose from {' '.join(SECTIONS)} all")
-        for key, show in SECTIONS.items():
-            if name in ("all", key):
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the chosen sections; a section that reaches one of your stubs says so in one line."""
+    parser = cli.parser("companion", __doc__)
+    parser.add_argument("sections", nargs="*", metavar="SECTION", help=f"one or more of {' '.join(SECTIONS)} all (default: all)")
+    names = parser.parse_args(argv).sections or ["all"]
+    unknown = [name for name in names if name != "all" and name not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section {unknown[0]!r}; choose from {' '.join(SECTIONS)} all")
+    status = 0
+    for key, show in SECTIONS.items():
+        if "all" in names or key in names:
+            try:
                 show()
-                print()
+            except NotImplementedError as error:  # the rest of the sections still run
+                print(cli.stub_line(f"section {key}", error))
+                status = 1
+            print()
+    return status
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.run(main, "python -m minitorch.companion"))

@@ -13,7 +13,10 @@ Run ``python -m minitorch.tp_comm`` for the lecture's numbers.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from minitorch import cli
 
 
 def all_reduce_bytes(numel: int, t: int, bytes_per_element: int) -> float:
@@ -150,5 +153,11 @@ def _demo() -> None:
           "with sequence parallelism")
 
 
-if __name__ == "__main__":
+def main(argv: Sequence[str] | None = None) -> int:
+    cli.parser("tp_comm", __doc__).parse_args(argv)
     _demo()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli.run(main, "python -m minitorch.tp_comm"))

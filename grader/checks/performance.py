@@ -13,26 +13,11 @@ exercises the CUDA code paths on one GPU; its ratio means nothing and is not jud
 """
 from __future__ import annotations
 
-import copy
-
 import torch
-from torch import nn
-from torch.nn import functional as F
 
 from grader.checks import Fail
 from grader.checks.compare import expected_calls
-
-FULL = {"width": 2048, "blocks": 8, "rows": 8192, "split_size": 1024, "repeats": 5}
-SMOKE = {"width": 256, "blocks": 4, "rows": 1024, "split_size": 128, "repeats": 5}
-
-
-class _Block(nn.Module):
-    def __init__(self, width: int):
-        super().__init__()
-        self.linear = nn.Linear(width, width)
-
-    def forward(self, x):
-        return x + 0.1 * F.gelu(self.linear(x))
+from minitorch.workload import FULL, SMOKE, StepMismatch, time_training_step
 
 
 def _gpu_description() -> dict:
@@ -46,48 +31,18 @@ def observe_speedup(seed: int, params: dict) -> dict:
     """Times the HW5 workload on two GPUs, one step on one device against the student's ``Pipe``, in paired runs."""
     from minitorch import runtime
     from minitorch.pipeline import Pipe
-    from minitorch.timing import time_paired
 
     smoke = bool(params.get("smoke", False))
     size = SMOKE if smoke else FULL
     devices = ["cuda:0", "cuda:0"] if smoke else ["cuda:0", "cuda:1"]
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    torch.manual_seed(seed)
-    half = size["blocks"] // 2
-    stages = [nn.Sequential(*(_Block(size["width"]) for _ in range(half))) for _ in range(2)]
-    baseline_stages = [copy.deepcopy(s).to(d) for s, d in zip(stages, devices)]
-    inputs = torch.randn(size["rows"], size["width"], device=devices[0])
-    targets = torch.randn(size["rows"], size["width"], device=devices[1])
-
-    def sgd(parameters):
-        return torch.optim.SGD(list(parameters), lr=1e-3)
-
-    baseline_optimizer = sgd(p for s in baseline_stages for p in s.parameters())
-
-    def baseline_step():
-        hidden = baseline_stages[0](inputs).to(devices[1])
-        F.mse_loss(baseline_stages[1](hidden), targets).backward()
-        baseline_optimizer.step()
-        baseline_optimizer.zero_grad()
-
-    events = []
-    with Pipe(stages, devices, split_size=size["split_size"]) as pipe:
-        pipe_optimizer = sgd(pipe.parameters())
-
-        def pipe_step():
-            F.mse_loss(pipe(inputs), targets).backward()
-            pipe_optimizer.step()
-            pipe_optimizer.zero_grad()
-
-        def same_parameters():
-            for ours, theirs in zip(pipe.parameters(), (p for s in baseline_stages for p in s.parameters())):
-                if not torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5):
-                    raise Fail("after a timed pair the Pipe's parameters differ from the baseline's: "
-                               "the timed step must compute the same update")
-
+    events: list = []
+    try:
         with runtime.observe(events.append):
-            timing = time_paired(baseline_step, pipe_step, repeats=size["repeats"], check=same_parameters)
+            timing = time_training_step(Pipe, devices, size, seed)
+    except StepMismatch as error:
+        raise Fail(str(error)) from None
     calls = [(e.kind, e.stage) for e in events if e.kind in ("submit", "receive")]
     return {
         "smoke": smoke,

@@ -10,7 +10,6 @@ PyTorch; nothing is taken from the answer key.
 """
 from __future__ import annotations
 
-import inspect
 import itertools
 import threading
 import time
@@ -41,7 +40,8 @@ class GraderStage(nn.Module):
     """``[row number | tanh(linear(features))]``: column 0 passes through, so any stage can
     tell which rows (and so which microbatch) it was given.
 
-    Every call appends a record to ``log`` (a list shared by the stages of one pipe).
+    Every call appends a record to ``log`` (a list shared by the stages of one pipe) and
+    ``(first row, rows)`` to ``given``, before anything can fail.
     ``sleep`` seconds are slept first (releasing the GIL); ``fail_on`` names a microbatch
     (by its first row // ``split_size``) on which the stage raises GraderStageError.
     """
@@ -59,11 +59,13 @@ class GraderStage(nn.Module):
         self.fail_on: int | None = None
         self.split_size = 1
         self.raised: BaseException | None = None
+        self.given: list[tuple[int, int]] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.sleep:
             time.sleep(self.sleep)
         first = int(x[0, 0].item()) if x.shape[0] else -1
+        self.given.append((first, int(x.shape[0])))
         if self.fail_on is not None and first // self.split_size == self.fail_on:
             self.raised = GraderStageError(f"stage {self.index} refuses microbatch {self.fail_on}")
             raise self.raised
@@ -110,10 +112,43 @@ def _student_pipeline():
     return pipeline, runtime
 
 
-def _make_pipe(pipeline, stages: list[GraderStage], split_size: int):
+def _make_pipe(pipeline, stages: list[GraderStage], split_size: int, devices: list[str] | None = None):
     for stage in stages:
         stage.split_size = split_size
-    return pipeline.Pipe(stages, devices=["cpu"] * len(stages), split_size=split_size)
+    return pipeline.Pipe(stages, devices=devices or ["cpu"] * len(stages), split_size=split_size)
+
+
+def _run_pipe(pipe, x: torch.Tensor, what: str) -> torch.Tensor:
+    """``pipe(x)``, failing in the student's terms when the result is not one row per input row
+    (before the grader computes anything with it, so no grader code raises on a wrong shape)."""
+    out = pipe(x)
+    if not isinstance(out, torch.Tensor):
+        raise Fail(f"{what}: Pipe returned a {type(out).__name__}; expected a tensor")
+    if tuple(out.shape) != tuple(x.shape):
+        raise Fail(
+            f"{what}: Pipe returned a tensor of shape {list(out.shape)}; expected {list(x.shape)} "
+            "(one output row per input row: the stages keep the width)"
+        )
+    return out
+
+
+def _microbatch_mistake(given: list[int], rows: int, split_size: int) -> str | None:
+    """What is wrong with the microbatch sizes stage 0 was given, counted before anything else;
+    None when they are right, or when stage 0 did not see every row once (then the calls, not
+    the split, are wrong: later checks say how)."""
+    sizes = microbatch_sizes(rows, split_size)
+    if given == sizes or sum(given) != rows:
+        return None
+    if len(given) != len(sizes):
+        return (
+            f"ran {len(given)} microbatch{'es' * (len(given) != 1)} ({given} rows); split_size={split_size} rows per "
+            f"microbatch gives {len(sizes)} ({sizes} rows). split_size is the number of ROWS per microbatch: "
+            "torch.split(x, split_size)"
+        )
+    return (
+        f"stage 0 was given microbatches of {given} rows; expected {sizes}: split_size rows each, only the last "
+        "may be smaller (torch.split(x, split_size); torch.chunk spreads the rows evenly instead)"
+    )
 
 
 def _describe(stages: int, rows: int, split_size: int) -> str:
@@ -126,41 +161,155 @@ def _describe(stages: int, rows: int, split_size: int) -> str:
 # ---------------------------------------------------------------------------------------
 
 SCHEDULE_CASES = [(m, k) for m in range(7) for k in range(1, 6)] + [(16, 4), (3, 8), (40, 3), (1, 12)]
-INVALID_CASES = [(-1, 3), (2, 0), (0, 0), (-3, -1)]
+# M < 0, K == 0 and K < 0 each on their own (a check of one argument must not hide behind the other)
+INVALID_CASES = [(-1, 3), (2, 0), (2, -1), (0, -2), (0, 0), (-3, -1)]
+SHOWN_CASE = (3, 3)  # the docstring's example: the one a message quotes when a whole call is wrong
 
 
-def observe_schedule(seed: int, params: dict):
-    """Drives the student's ``clock_cycles`` over every (M, K) of SCHEDULE_CASES and records each wave as text."""
+def _pairs(wave) -> list | None:
+    """``wave`` as plain ``[(i, j), ...]`` ints, or None when it is not a sequence of pairs."""
+    try:
+        return [(int(i), int(j)) for i, j in wave]
+    except (TypeError, ValueError):
+        return None
+
+
+def _observe_waves() -> dict:
+    """Every (M, K) of SCHEDULE_CASES through the student's ``clock_cycles``: each wave as it
+    was yielded (text and pairs), the same waves again once the iteration is over (a list
+    object reused for every wave shows there), and what the call returned."""
     from minitorch.pipeline import clock_cycles
 
     runs = []
     for m, k in SCHEDULE_CASES:
         limit = m + k + 8  # an endless generator is cut off, not waited for
-        waves = [repr(wave) for wave in itertools.islice(clock_cycles(m, k), limit)]
-        runs.append({"M": m, "K": k, "waves": waves})
-    produced = clock_cycles(3, 3)
-    return {"runs": runs, "generator": inspect.isgenerator(produced), "type": type(produced).__name__}
+        waves, yielded, pairs, error = [], [], [], None
+        try:
+            for wave in itertools.islice(clock_cycles(m, k), limit):
+                waves.append(wave)
+                yielded.append(repr(wave)[:500])
+                pairs.append(_pairs(wave))
+        except NotImplementedError:
+            raise
+        except Exception as raised:  # noqa: BLE001 - judged with the case it belongs to (e.g. only M = 0)
+            error = f"{type(raised).__name__}: {str(raised)[:300]}"
+        runs.append({"M": m, "K": k, "waves": yielded, "pairs": pairs, "after": [repr(w)[:500] for w in waves],
+                     "error": error})
+    produced = clock_cycles(*SHOWN_CASE)
+    iterator = iter(produced) is produced and hasattr(produced, "__next__")
+    return {"runs": runs, "iterator": iterator, "type": type(produced).__name__}
+
+
+def _runs(observation, microbatches: bool, judge_errors: bool = True):
+    """The runs with M >= 1 (``microbatches``) or with M == 0, as (call, expected waves, run).
+    A run that raised is a Fail when ``judge_errors`` (the criterion of those cases), else left
+    out (a convention's criterion does not pay again for a wrong schedule)."""
+    for run in observation["runs"]:
+        m, k = run["M"], run["K"]
+        if (m >= 1) != microbatches or (run["error"] is not None and not judge_errors):
+            continue
+        call, expected = f"clock_cycles({m}, {k})", list(reference_clock_cycles(m, k))
+        if run["error"] is not None:
+            after = f" after yielding {len(run['waves'])} waves" if run["waves"] else ""
+            raise Fail(f"{call} raised {run['error']}{after}; expected {len(expected)} waves" +
+                       ("" if microbatches else " (none: M = 0 is valid and has no microbatches)"))
+        yield call, expected, run
+
+
+def _no_wave_at_all(observation) -> None:
+    """Fail when no call with microbatches yielded anything (a criterion must not pass on nothing)."""
+    if not any(run["waves"] for _, _, run in _runs(observation, microbatches=True, judge_errors=False)):
+        m, k = SHOWN_CASE
+        raise Fail(f"clock_cycles({m}, {k}) yielded no wave (nor did any other call with M >= 1); see 2.1-schedule")
+
+
+def observe_schedule(seed: int, params: dict):
+    """Drives the student's ``clock_cycles`` over every (M, K) of SCHEDULE_CASES and records each wave."""
+    return _observe_waves()
 
 
 def judge_schedule(seed: int, params: dict, observation) -> None:
-    if not observation["generator"]:
-        raise Fail(f"clock_cycles(3, 3) returned a {observation['type']}; expected a generator (use yield, one wave at a time)")
-    for run in observation["runs"]:
-        m, k, got = run["M"], run["K"], run["waves"]
-        expected = [repr(wave) for wave in reference_clock_cycles(m, k)]
-        call = f"clock_cycles({m}, {k})"
-        for index, (want, have) in enumerate(zip(expected, got)):
-            if want != have:
+    """The right pairs in the right waves for every M >= 1 (the order inside a wave is 2.1-stage-order)."""
+    for call, expected, run in _runs(observation, microbatches=True):
+        got, pairs = run["waves"], run["pairs"]
+        for index, (want, have, text) in enumerate(zip(expected, pairs, got)):
+            if have is None:
+                raise Fail(f"{call}, wave {index} is {text}; expected a list of (microbatch, stage) pairs such as {want}")
+            if sorted(have) != sorted(want):
                 raise Fail(
-                    f"{call}, wave {index}: expected {want}, got {have} "
-                    "(wave k holds every (microbatch i, stage j) with i + j == k, ordered by increasing stage j)"
+                    f"{call}, wave {index}: expected the pairs {sorted(want, key=lambda p: p[1])} (in any order), "
+                    f"got {text} (wave k holds every (microbatch i, stage j) with i + j == k, i < M, j < K)"
                 )
         if len(got) < len(expected):
             raise Fail(f"{call} yielded {len(got)} waves; expected M + K - 1 = {len(expected)} (missing wave {len(got)}: {expected[len(got)]})")
         if len(got) > len(expected):
-            what = f"M + K - 1 = {len(expected)}" if m else "none (M = 0 means no microbatches)"
-            more = "more than " if len(got) == m + k + 8 else ""
-            raise Fail(f"{call} yielded {more}{len(got)} waves; expected {what}; wave {len(expected)} was {got[len(expected)]}")
+            more = "more than " if len(got) == len(expected) + 9 else ""
+            raise Fail(f"{call} yielded {more}{len(got)} waves; expected M + K - 1 = {len(expected)}; wave {len(expected)} was {got[len(expected)]}")
+
+
+def observe_stage_order(seed: int, params: dict):
+    """The same calls as 2.1-schedule; judged on the order of the pairs inside each wave."""
+    return _observe_waves()
+
+
+def judge_stage_order(seed: int, params: dict, observation) -> None:
+    """Inside every wave the pairs come by increasing stage j, as the Pipe submits them."""
+    _no_wave_at_all(observation)
+    ordered = 0
+    for call, _, run in _runs(observation, microbatches=True, judge_errors=False):
+        for index, (pairs, text) in enumerate(zip(run["pairs"], run["waves"])):
+            if pairs is None or len(pairs) < 2:
+                continue
+            stages = [j for _, j in pairs]
+            if stages != sorted(stages):
+                raise Fail(
+                    f"{call}, wave {index} is {text}: not ordered by increasing stage; expected "
+                    f"{sorted(pairs, key=lambda p: p[1])} (list a wave by stage: stage 0 first, then 1, ...)"
+                )
+            ordered += 1
+    if not ordered:
+        raise Fail("no wave held two or more (microbatch, stage) pairs to order; see 2.1-schedule")
+
+
+def observe_generator(seed: int, params: dict):
+    """The same calls as 2.1-schedule, and what ``clock_cycles(3, 3)`` returns."""
+    return _observe_waves()
+
+
+def judge_generator(seed: int, params: dict, observation) -> None:
+    """A generator (an iterator, not a list) that yields each wave as a list of its own."""
+    m, k = SHOWN_CASE
+    if not observation["iterator"]:
+        raise Fail(
+            f"clock_cycles({m}, {k}) returned a {observation['type']}; expected a generator "
+            "(write it with yield, one wave at a time, so a Pipe can start wave 0 before the rest is computed)"
+        )
+    _no_wave_at_all(observation)
+    for call, _, run in _runs(observation, microbatches=True, judge_errors=False):
+        for index, (then, now) in enumerate(zip(run["waves"], run["after"])):
+            if then != now:
+                raise Fail(
+                    f"{call}: wave {index} was {then} when it was yielded and {now} once the iteration was over: "
+                    "the same list object is reused for every wave, so list(clock_cycles(...)) repeats the last "
+                    "one. Yield a new list for each wave"
+                )
+
+
+def observe_no_microbatches(seed: int, params: dict):
+    """The same calls as 2.1-schedule, including M = 0 with K = 1..5."""
+    return _observe_waves()
+
+
+def judge_no_microbatches(seed: int, params: dict, observation) -> None:
+    """M = 0 yields no wave at all (not K - 1 empty ones)."""
+    _no_wave_at_all(observation)
+    for call, _, run in _runs(observation, microbatches=False):
+        if run["waves"]:
+            shown = ", ".join(run["waves"][:4]) + (", ..." if len(run["waves"]) > 4 else "")
+            raise Fail(
+                f"{call} yielded {len(run['waves'])} wave{'s' * (len(run['waves']) != 1)} ({shown}); "
+                "expected none: with no microbatches there is nothing to schedule, not K - 1 empty waves"
+            )
 
 
 def observe_errors(seed: int, params: dict):
@@ -190,8 +339,9 @@ def observe_errors(seed: int, params: dict):
 
 
 def judge_errors(seed: int, params: dict, observation) -> None:
-    # Lazy (on first next) is what a generator function does; an eager ValueError at call
-    # time is accepted too. Any other exception type, or none, is wrong.
+    # The docstring promises ValueError at the call or, at the latest, on the first next():
+    # a generator function raises on the first next, a wrapper that checks its arguments
+    # first raises at the call; both are right. Any other exception type, or none, is wrong.
     for result in observation:
         call = f"clock_cycles({result['M']}, {result['K']})"
         if result["error"] is None:
@@ -205,8 +355,10 @@ def judge_errors(seed: int, params: dict, observation) -> None:
 # ---------------------------------------------------------------------------------------
 
 # (stages, rows, split_size, calls): one stage, uneven last microbatch, split_size 1 and
-# larger than the batch, repeated calls with new inputs.
-FORWARD_CASES = [(1, 5, 2, 2), (2, 7, 3, 2), (3, 6, 1, 2), (3, 4, 10, 2), (3, 10, 4, 3), (2, 8, 8, 1)]
+# larger than the batch, repeated calls with new inputs, and batches where spreading the
+# rows evenly (torch.chunk) gives other sizes than split_size rows each (9 rows at 4:
+# [3, 3, 3], not [4, 4, 1]; 6 rows at 4: [3, 3], not [4, 2]).
+FORWARD_CASES = [(1, 5, 2, 2), (2, 7, 3, 2), (3, 6, 1, 2), (3, 4, 10, 2), (3, 10, 4, 3), (2, 8, 8, 1), (3, 9, 4, 2), (2, 6, 4, 1)]
 
 
 def observe_forward(seed: int, params: dict):
@@ -224,9 +376,7 @@ def observe_forward(seed: int, params: dict):
             for call in range(calls):
                 del log[:]
                 x = make_batch(seed, 100 * case + call, rows)
-                out = pipe(x)
-                if not isinstance(out, torch.Tensor):
-                    raise Fail(f"{_describe(count, rows, split_size)}: Pipe returned a {type(out).__name__}, expected a Tensor")
+                out = _run_pipe(pipe, x, f"{_describe(count, rows, split_size)}, call {call + 1} of {calls}")
                 runs.append({
                     "output": out.detach(), "device": str(out.device), "input_after": x,
                     "sizes": [[r["rows"] for r in log if r["stage"] == j] for j in range(count)],
@@ -265,11 +415,14 @@ def judge_forward(seed: int, params: dict, observation) -> None:
             where = f"{what}, call {call + 1} of {calls}"
             x = make_batch(seed, 100 * case + call, rows)
             sizes = microbatch_sizes(rows, split_size)
+            mistake = _microbatch_mistake(run["sizes"][0], rows, split_size)
+            if mistake:
+                raise Fail(f"{where}: {mistake}")
             for j, got in enumerate(run["sizes"]):
                 if got != sizes:
                     raise Fail(
-                        f"{where}: stage {j} was given microbatches of {got} rows; expected {sizes} "
-                        "(split_size is the number of rows per microbatch; the last may be smaller)"
+                        f"{where}: stage {j} was given microbatches of {got} rows; expected {sizes}, as stage 0 "
+                        "(the output of (i, j) is the input of (i, j + 1))"
                     )
             with torch.no_grad():
                 expected = sequential(stages, x)
@@ -289,8 +442,8 @@ def judge_forward(seed: int, params: dict, observation) -> None:
 # 2.2 call order
 # ---------------------------------------------------------------------------------------
 
-# (stages, rows, split_size, calls)
-CALL_ORDER_CASES = [(3, 6, 2, 2), (2, 9, 2, 1), (4, 2, 1, 1), (1, 3, 1, 1), (3, 5, 8, 1)]
+# (stages, rows, split_size, calls); 9 rows at split_size 4 are [4, 4, 1], not torch.chunk's [3, 3, 3]
+CALL_ORDER_CASES = [(3, 6, 2, 2), (2, 9, 2, 1), (4, 2, 1, 1), (1, 3, 1, 1), (3, 5, 8, 1), (3, 9, 4, 1)]
 
 
 def observe_call_order(seed: int, params: dict):
@@ -309,7 +462,7 @@ def observe_call_order(seed: int, params: dict):
                     pipe(make_batch(seed, 100 * case + call, rows))
                 runs.append({
                     "events": [(e.kind, e.stage) for e in events if e.kind in ("submit", "receive")],
-                    "ran": [(r["stage"], r["first"]) for r in log],
+                    "ran": [(r["stage"], r["first"], r["rows"]) for r in log],
                 })
         finally:
             pipe.close()
@@ -319,12 +472,17 @@ def observe_call_order(seed: int, params: dict):
 
 def judge_call_order(seed: int, params: dict, observation) -> None:
     for (count, rows, split_size, _), runs in zip(CALL_ORDER_CASES, observation):
-        m = len(microbatch_sizes(rows, split_size))
+        sizes = microbatch_sizes(rows, split_size)
+        m = len(sizes)
         for call, run in enumerate(runs):
             where = f"{_describe(count, rows, split_size)}, call {call + 1}"
             got = [f"{kind}({stage})" for kind, stage in run["events"]]
             if not got:
                 raise Fail(f"{where}: no submit or receive was recorded; every stage must run through self.workers.submit / receive")
+            # Count (and size) the microbatches first: with another count every wave would differ.
+            mistake = _microbatch_mistake([rows_ for stage, _, rows_ in run["ran"] if stage == 0], rows, split_size)
+            if mistake:
+                raise Fail(f"{where}: {mistake}")
             position = 0
             for wave, want in enumerate(expected_calls(m, count)):
                 have = got[position : position + len(want)]
@@ -334,11 +492,13 @@ def judge_call_order(seed: int, params: dict, observation) -> None:
             if position < len(got):
                 raise Fail(f"{where}: after the last wave: expected nothing; got {' '.join(got[position:position + 8])}")
             for j in range(count):
-                ran = [first // split_size for stage, first in run["ran"] if stage == j]
+                ran = [first // split_size for stage, first, _ in run["ran"] if stage == j]
                 if ran != list(range(m)):
+                    late = (f" Stage {j} ran {len(ran)} times for {m} submits: does the callable read i and j when "
+                            "it runs (late binding) instead of binding them when it is made?" if len(ran) != m else "")
                     raise Fail(
                         f"{where}: stage {j} ran microbatches {ran}; expected {list(range(m))} in order "
-                        "(submit (i, j) with microbatch i's output of stage j - 1)"
+                        f"(submit (i, j) with microbatch i's output of stage j - 1).{late}"
                     )
 
 
@@ -361,7 +521,7 @@ def observe_no_grad(seed: int, params: dict):
             del log[:]
             try:
                 with mode():
-                    out = pipe(make_batch(seed, len(modes), rows))
+                    out = _run_pipe(pipe, make_batch(seed, len(modes), rows), f"under {name}")
             except NotImplementedError:
                 raise
             except Exception as error:  # noqa: BLE001 - e.g. a graph over inference tensors
@@ -374,7 +534,7 @@ def observe_no_grad(seed: int, params: dict):
                 "inference_after": torch.is_inference_mode_enabled(),
             }
         del log[:]
-        out = pipe(make_batch(seed, 9, rows))
+        out = _run_pipe(pipe, make_batch(seed, 9, rows), "a forward after no_grad / inference_mode")
         after = {"requires_grad": bool(out.requires_grad), "stages": [(r["stage"], r["graph"]) for r in log]}
     finally:
         pipe.close()
@@ -439,31 +599,46 @@ def observe_exceptions(seed: int, params: dict):
             raise
         except BaseException as error:  # noqa: BLE001 - what reached the caller is graded
             caught = {
-                "raised": True, "type": f"{type(error).__module__}.{type(error).__qualname__}",
-                "message": str(error)[:500], "same_object": error is stages[bad_stage].raised,
+                "raised": True, "type": type(error).__qualname__, "message": str(error)[:500],
+                "same_object": error is stages[bad_stage].raised,
             }
+        stage_raised, given = stages[bad_stage].raised is not None, list(stages[bad_stage].given)
         stages[bad_stage].fail_on = None
         try:
-            again = {"output": pipe(make_batch(seed, 1, rows)).detach(), "error": None}
+            again = {"output": _run_pipe(pipe, make_batch(seed, 1, rows), "the next forward").detach(), "error": None}
+        except Fail:
+            raise
         except Exception as error:  # noqa: BLE001
             again = {"output": None, "error": f"{type(error).__name__}: {str(error)[:300]}"}
     finally:
         pipe.close()
-    return {"caught": caught, "again": again, "alive": _new_threads(before)}
+    return {"caught": caught, "stage_raised": stage_raised, "given": given, "again": again, "alive": _new_threads(before)}
 
 
 def judge_exceptions(seed: int, params: dict, observation) -> None:
     count, rows, split_size, bad_stage, bad_microbatch = EXCEPTION_CASE
     where = f"{_describe(count, rows, split_size)}, stage {bad_stage} raising GraderStageError on microbatch {bad_microbatch}"
     caught = observation["caught"]
-    expected_type = f"{GraderStageError.__module__}.GraderStageError"
     expected_message = f"stage {bad_stage} refuses microbatch {bad_microbatch}"
+    if not observation["stage_raised"]:
+        first = bad_microbatch * split_size
+        given = ", ".join(f"rows {start}-{start + size - 1}" for start, size in observation["given"]) or "nothing"
+        raise Fail(
+            f"{where}: stage {bad_stage} was never given microbatch {bad_microbatch} (rows {first}-{first + split_size - 1}), "
+            f"so it never raised; it was given {given}. The microbatches reach the wrong stages (a lambda that "
+            "reads i and j when it runs instead of binding them? see 2.2-call-order)"
+        )
     if not caught["raised"]:
         raise Fail(f"{where}: the Pipe returned normally; the stage's exception must reach the caller (it was swallowed)")
-    if caught["type"] != expected_type:
-        raise Fail(f"{where}: the caller got {caught['type']}: {caught['message']!r}; expected the stage's own exception, unchanged (do not wrap it)")
+    if caught["type"] != GraderStageError.__qualname__:
+        raise Fail(f"{where}: the caller got {caught['type']}: {caught['message']!r}; expected the stage's own GraderStageError, unchanged (do not wrap it)")
     if caught["message"] != expected_message:
         raise Fail(f"{where}: the exception's message is {caught['message']!r}; expected {expected_message!r}")
+    if not caught["same_object"]:
+        raise Fail(
+            f"{where}: the caller got a new GraderStageError with the same message, not the one the stage raised; "
+            "re-raise the stage's own exception object (raise error), so its traceback and attributes reach the caller"
+        )
     again = observation["again"]
     if again["error"] is not None:
         raise Fail(f"{where}: the next forward on a good batch raised {again['error']}; the Pipe must still work after an error")
@@ -503,7 +678,7 @@ def _run_backward(seed: int, model, stages, parameters) -> dict:
     """Gradients, then SGD steps through ``model`` (the Pipe, or the stages in sequence)."""
     rows = BACKWARD_CASE[1]
     x = make_batch(seed, 0, rows).requires_grad_()
-    out = model(x)
+    out = _run_pipe(model, x, _describe(*BACKWARD_CASE))
     (out * _loss_weights(seed, 0, rows)).sum().backward()
     seen = {"output": out.detach(), "input_grad": None if x.grad is None else x.grad.clone(), "grads": _gradients(stages)}
     # Plain SGD written out (torch.optim's first use costs seconds of lazy imports).
@@ -511,7 +686,7 @@ def _run_backward(seed: int, model, stages, parameters) -> dict:
     for step in range(1, SGD_STEPS + 1):
         for parameter in parameters:
             parameter.grad = None
-        loss = (model(make_batch(seed, step, rows)) * _loss_weights(seed, step, rows)).sum()
+        loss = (_run_pipe(model, make_batch(seed, step, rows), f"SGD step {step}") * _loss_weights(seed, step, rows)).sum()
         loss.backward()
         with torch.no_grad():
             for parameter in parameters:
@@ -647,9 +822,13 @@ def judge_concurrency(seed: int, params: dict, observation) -> None:
 # ---------------------------------------------------------------------------------------
 
 TRANSFER_CASE = (3, 6, 2)
+# Distinct devices that are all the CPU: a move guarded by `if x.device != device` (or by
+# the device of the previous stage) happens here as it would between GPUs, and is seen.
+TRANSFER_DEVICES = ["cpu:0", "cpu", "cpu:0"]
 # Ops that move or copy data whatever their result: .to("cpu") on a CPU tensor returns the
-# tensor itself, so on a CPU-only grader only the name gives a transfer away.
-TRANSFER_OPS = {"to", "cuda", "cpu", "copy_", "clone", "pin_memory", "contiguous", "detach_copy", "new_tensor"}
+# tensor itself, so on a CPU-only grader only the name gives a transfer away. Other ops
+# count only when they make new data (x.contiguous() of a contiguous batch is x itself).
+TRANSFER_OPS = {"to", "cuda", "cpu", "copy_", "clone", "pin_memory", "detach_copy", "new_tensor"}
 
 
 def _storages(value, found: set) -> set:
@@ -688,7 +867,7 @@ def observe_transfers(seed: int, params: dict):
     """Records which tensor operations the calling thread ran while the ``Pipe`` forwarded a batch (work belongs on stage threads)."""
     pipeline, runtime = _student_pipeline()
     count, rows, split_size = TRANSFER_CASE
-    pipe = _make_pipe(pipeline, build_stages(seed, 0, count), split_size)
+    pipe = _make_pipe(pipeline, build_stages(seed, 0, count), split_size, TRANSFER_DEVICES)
     log: list = []
     caller = threading.get_ident()
 
@@ -717,7 +896,8 @@ def judge_transfers(seed: int, params: dict, observation) -> None:
         submits = kinds[:position].count("submit")
         when = "before the first submit" if position < first_submit else f"after {submits} submits, before the last receive"
         raise Fail(
-            f"Pipe.forward ran torch `{name}` on the calling thread {when}. Only views of the input "
+            f"Pipe.forward ran torch `{name}` on the calling thread {when} (stages on the devices "
+            f"{', '.join(TRANSFER_DEVICES)}). Only views of the input "
             "(torch.split, slicing) may be made there before the first submit, and only torch.cat after the last "
             "receive; moving a microbatch (.to(device)), copying or computing on it belongs inside the submitted "
             "callable. On GPUs a copy on the calling thread blocks it, so the next stage's work is submitted late "

@@ -1,6 +1,9 @@
-"""Hidden checks for Problem 3 (tensor parallelism), run on gloo with t = 2 and t = 4 in float64.
+"""Hidden checks for Problem 3 (tensor parallelism), run on gloo with t = 2 and t = 4 in float64;
+3.1-single-process runs every part once more in one plain process without a process group
+(t = 1: every communication op is the identity, every layer equals its dense counterpart).
 
-Each ``observe_*`` launches the ranks with the grader's own ``minitorch.distributed.launch``;
+Each ``observe_*`` launches the ranks with the grader's own ``minitorch.distributed.launch``
+(t = 1 runs in the observing process itself);
 the ranks build the student's layers from master tensors derived from ``seed``, run forward and
 backward, and report outputs, gradients and every ``torch.distributed`` collective they issued
 (kind, number of elements, dtype, phase). Each ``judge_*`` rebuilds the same master tensors,
@@ -16,7 +19,10 @@ FROM n elements all record n. Collectives called from inside another one are not
 from __future__ import annotations
 
 import functools
+import re
 import threading
+import traceback
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -25,8 +31,9 @@ from torch import nn
 
 from grader.checks import Fail, expect_tensor
 from grader.checks.compare import max_difference
+from grader.layout import PACKAGE, STUDENT_FILES
 
-WORLD_SIZES = (2, 4)
+WORLD_SIZES = (2, 4)  # t = 1 (no process group) is the criterion 3.1-single-process
 S, B, H, HEADS, FFN, VOCAB = 8, 2, 16, 4, 32, 48   # all divisible by 4
 N = S * B * H                                       # elements of one [s, b, h] activation
 TOL = 1e-10
@@ -118,17 +125,104 @@ def _start_rank() -> None:
 
 
 def _launch(rank_fn, seed: int, params: dict) -> dict:
-    """Run ``rank_fn(rank, t, seed, params)`` for every t; ``{"t2": [rank values], ...}``."""
+    """Run ``rank_fn(rank, t, seed, params)`` for every t; ``{"t2": [rank values], ...}``.
+
+    t = 1 runs here, in one process with no process group; what it raised is kept as
+    ``{"t1": {"error": text}}`` so that the judge reports it after the multi-rank results."""
     from minitorch.distributed import launch
 
     _install_recorder()
-    return {f"t{t}": launch(rank_fn, t, seed, params, backend="gloo", timeout=LAUNCH_TIMEOUT)
-            for t in params.get("world_sizes", WORLD_SIZES)}
+    results: dict = {}
+    for t in params.get("world_sizes", WORLD_SIZES):
+        if t == 1:
+            results["t1"] = _single_process(rank_fn, seed, params)
+            continue
+        try:
+            results[f"t{t}"] = launch(rank_fn, t, seed, params, backend="gloo", timeout=LAUNCH_TIMEOUT)
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a rank's exception: the student's, in their terms
+            raise Fail(f"t={t}: your code raised {_student_error(error)}") from None
+    return results
+
+
+def _single_process(rank_fn, seed: int, params: dict):
+    """``[rank_fn(0, 1, seed, params)]`` without a process group, or ``{"error": ...}``."""
+    try:
+        return [rank_fn(0, 1, seed, params)]
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the student's exception is the finding
+        return {"error": _student_error(error)}
+
+
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<name>.+)$')
+
+
+def _student_error(error: BaseException) -> str:
+    """``Type: message`` and the frames of the student's file in its traceback: this process's
+    traceback, or the rank's (``launch`` attaches it as a note), never the grader's frames."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    text += "\n".join(getattr(error, "__notes__", []))
+    lines, frames = text.splitlines(), []
+    for number, line in enumerate(lines):
+        frame = _FRAME.match(line)
+        if frame and Path(frame["path"]).name in STUDENT_FILES and Path(frame["path"]).parent.name == PACKAGE:
+            code = lines[number + 1].strip() if number + 1 < len(lines) and not _FRAME.match(lines[number + 1]) else ""
+            frames.append(f'  File "{Path(frame["path"]).name}", line {frame["line"]}, in {frame["name"]}'
+                          + (f"\n    {code}" if code else ""))
+    frames = list(dict.fromkeys(frames))  # Python 3.11 prints the notes with the traceback too
+    return "\n".join([f"{type(error).__name__}: {str(error)[:500]}", *frames[-6:]])
+
+
+def _multi_rank(params: dict) -> list[int]:
+    """The world sizes with a process group, where the collectives are judged (t = 1 has none)."""
+    return [t for t in params.get("world_sizes", WORLD_SIZES) if t > 1]
+
+
+def _ranks(observation, t: int) -> list:
+    """The rank results of world size ``t``; for t = 1, Fail with what the single process raised."""
+    ranks = observation[f"t{t}"]
+    if isinstance(ranks, dict):
+        raise Fail(f"your code raised {ranks['error']}\n(with no process group, every communication op is the "
+                   "identity and calls no collective: get_world_size() is 1)")
+    return ranks
 
 
 def _backward(output, grad) -> None:
     """``output.backward(grad)`` without its one-off import of sympy (0.4 s in every rank)."""
     (output * grad).sum().backward()
+
+
+def _strided(tensor: torch.Tensor) -> torch.Tensor:
+    """The same values in a non-contiguous layout (an op must not assume contiguous input)."""
+    if tensor.dim() < 2:
+        return tensor.clone()
+    return tensor.transpose(0, -1).contiguous().transpose(0, -1)
+
+
+def _run_op(op, x: torch.Tensor, grad: torch.Tensor, phase: str, strided: bool = True) -> dict:
+    """Forward ``op`` on a copy of ``x`` and backward a copy of ``grad`` into it, both
+    non-contiguous when ``strided``: output, input grad, and whether the op changed its input
+    or the gradient handed to its backward (both belong to the caller: "returns a new tensor")."""
+    layout = _strided if strided else torch.clone
+    x = layout(x).requires_grad_()
+    x_before = x.detach().clone()
+    handed: list[tuple[torch.Tensor, torch.Tensor]] = []  # (gradient handed on, its value then)
+
+    def hand_on(incoming):
+        copy = layout(incoming)
+        handed.append((copy, copy.clone()))
+        return copy
+
+    with _Phase(f"{phase}.forward"):
+        y = op(x)
+    if isinstance(y, torch.Tensor) and y.requires_grad:
+        y.register_hook(hand_on)
+    with _Phase(f"{phase}.backward"):
+        _backward(y, grad)
+    return {"out": _out(y), "grad": _out(x.grad), "input_changed": not torch.equal(x.detach(), x_before),
+            "grad_changed": any(not torch.equal(now, then) for now, then in handed)}
 
 
 def _out(tensor):
@@ -259,12 +353,8 @@ def _rank_fg(rank, t, seed, params):
         ("f", tp.copy_to_tensor_model_parallel_region, data["x"], data["grad_r"][rank]),
         ("g", tp.reduce_from_tensor_model_parallel_region, data["x_r"][rank], data["grad_r"][rank]),
     ):
-        x = x.clone().requires_grad_()
-        with _Phase(f"{name}.forward"):
-            y = op(x)
-        with _Phase(f"{name}.backward"):
-            _backward(y, grad)
-        result[name] = {"out": _out(y), "grad": _out(x.grad)}
+        result[name] = _run_op(op, x, grad, name)  # non-contiguous: an op must not assume contiguous
+        result[f"{name} contiguous"] = _run_op(op, x, grad, f"{name} contiguous", strided=False)
     result["log"] = list(_LOG)
     return result
 
@@ -276,34 +366,54 @@ def observe_fg(seed: int, params: dict):
 
 def judge_fg(seed: int, params: dict, observation) -> None:
     for t in params.get("world_sizes", WORLD_SIZES):
-        data, ranks = _activations(seed, t), observation[f"t{t}"]
+        data, ranks = _activations(seed, t), _ranks(observation, t)
         grad_sum, x_sum = sum(data["grad_r"]), sum(data["x_r"])
         for r, o in enumerate(ranks):
-            f, g = o["f"], o["g"]
-            if not _close(f["out"], data["x"]):
-                _expect(f"t={t}: forward of f (copy_to_tensor_model_parallel_region) must be the "
-                        f"identity: rank {r} output", f["out"], data["x"])
-            if _close(f["grad"], data["grad_r"][r]):
-                raise Fail(f"t={t}: backward of f must all-reduce the gradient: rank {r} input grad "
-                           "is a partial sum (it equals that rank's own output grad)")
-            _expect(f"t={t}: backward of f must all-reduce (sum) the gradient; rank {r} input grad",
-                    f["grad"], grad_sum)
-            if _close(g["out"], data["x_r"][r]):
-                raise Fail(f"t={t}: forward of g (reduce_from_tensor_model_parallel_region) must "
-                           f"all-reduce: rank {r} output is only its own partial sum")
-            _expect(f"t={t}: forward of g must sum the ranks' inputs; rank {r} output", g["out"], x_sum)
-            if _close(g["grad"], grad_sum):
-                raise Fail(f"t={t}: backward of g must be the identity: rank {r} input grad is the "
-                           "sum of all ranks' output grads (all-reduced again)")
-            _expect(f"t={t}: backward of g must be the identity; rank {r} input grad",
-                    g["grad"], data["grad_r"][r])
-            log = o["log"]
-            _expect_collectives(f"t={t}, rank {r}, f", log, "f.forward", [], "f's forward is the identity")
-            _expect_collectives(f"t={t}, rank {r}, f", log, "f.backward", [("all_reduce", N)],
-                                "f's backward sums the gradient")
-            _expect_collectives(f"t={t}, rank {r}, g", log, "g.forward", [("all_reduce", N)],
-                                "g's forward sums the partial results")
-            _expect_collectives(f"t={t}, rank {r}, g", log, "g.backward", [], "g's backward is the identity")
+            for layout in ("contiguous", "non-contiguous"):
+                f, g = (o[name] if layout != "contiguous" else o[f"{name} contiguous"] for name in ("f", "g"))
+                where = f"t={t}, rank {r}, {layout} input and gradient"
+                # judged after the contiguous run was right: then only the layout can be the cause
+                hint = _IN_PLACE_HINT if layout == "non-contiguous" else ""
+                if not _close(f["out"], data["x"]):
+                    _expect(f"{where}: forward of f (copy_to_tensor_model_parallel_region) must be the "
+                            "identity; output", f["out"], data["x"])
+                if t > 1 and _close(f["grad"], data["grad_r"][r]):
+                    raise Fail(f"{where}: backward of f must all-reduce the gradient: the input grad is a partial "
+                               f"sum (it equals that rank's own output grad){hint}")
+                _expect(f"{where}: backward of f must all-reduce (sum) the gradient; input grad", f["grad"], grad_sum)
+                if t > 1 and _close(g["out"], data["x_r"][r]):
+                    raise Fail(f"{where}: forward of g (reduce_from_tensor_model_parallel_region) must "
+                               f"all-reduce: the output is only this rank's own partial sum{hint}")
+                _expect(f"{where}: forward of g must sum the ranks' inputs; output", g["out"], x_sum)
+                if t > 1 and _close(g["grad"], grad_sum):
+                    raise Fail(f"{where}: backward of g must be the identity: the input grad is the "
+                               "sum of all ranks' output grads (all-reduced again)")
+                _expect(f"{where}: backward of g must be the identity; input grad", g["grad"], data["grad_r"][r])
+                for name, result in (("f", f), ("g", g)):
+                    _expect_untouched(where, name, result)
+            if t > 1:
+                log = o["log"]
+                _expect_collectives(f"t={t}, rank {r}, f", log, "f.forward", [], "f's forward is the identity")
+                _expect_collectives(f"t={t}, rank {r}, f", log, "f.backward", [("all_reduce", N)],
+                                    "f's backward sums the gradient")
+                _expect_collectives(f"t={t}, rank {r}, g", log, "g.forward", [("all_reduce", N)],
+                                    "g's forward sums the partial results")
+                _expect_collectives(f"t={t}, rank {r}, g", log, "g.backward", [], "g's backward is the identity")
+
+
+_IN_PLACE_HINT = (" (right with a contiguous tensor, wrong with this one: dist.all_reduce(x.contiguous()) sums "
+                  "a copy when x is not contiguous and leaves x as it was; all-reduce a new contiguous tensor, "
+                  "e.g. x.clone(), and return that)")
+
+
+def _expect_untouched(where: str, name: str, result) -> None:
+    """An op returns a new tensor: its input, and the gradient handed to its backward, are the caller's."""
+    if result["input_changed"]:
+        raise Fail(f"{where}: {name} changed its input in place; it must return a new tensor and leave x as it "
+                   "was (the caller may still use x): all-reduce a copy (x.clone()), not x")
+    if result["grad_changed"]:
+        raise Fail(f"{where}: the backward of {name} changed the gradient it was given in place; that tensor "
+                   "belongs to autograd (other functions may use it): reduce a copy and return that")
 
 
 # ======================================================================================
@@ -354,14 +464,20 @@ def _rank_scatter_gather(rank, t, seed, params):
     result = {}
     for name, *_ in _SCATTER_GATHER_OPS:
         x, grad = _scatter_gather_inputs(name, data, rank, t)
-        x = x.clone().requires_grad_()
-        with _Phase(f"{name}.forward"):
-            y = getattr(tp, name)(x)
-        with _Phase(f"{name}.backward"):
-            _backward(y, grad)
-        result[name] = {"out": _out(y), "grad": _out(x.grad)}
+        result[name] = _run_op(getattr(tp, name), x, grad, name)
     result["log"] = list(_LOG)
+    with _Phase("indivisible"):
+        result["indivisible"] = {name: _raised(lambda: getattr(tp, name)(torch.zeros(shape, dtype=DTYPE)))
+                                 for name, shape, _ in _INDIVISIBLE}
     return result
+
+
+# (op, an input shape that t = 2 and t = 4 do not divide where the op splits, that dimension)
+_INDIVISIBLE = (
+    ("scatter_to_tensor_model_parallel_region", (S, B, H + 1), "last"),
+    ("scatter_to_sequence_parallel_region", (S + 1, B, H), "first"),
+    ("reduce_scatter_to_sequence_parallel_region", (S + 1, B, H), "first"),
+)
 
 
 def observe_scatter_gather(seed: int, params: dict):
@@ -371,15 +487,19 @@ def observe_scatter_gather(seed: int, params: dict):
 
 def judge_scatter_gather(seed: int, params: dict, observation) -> None:
     for t in params.get("world_sizes", WORLD_SIZES):
-        data, ranks = _activations(seed, t), observation[f"t{t}"]
+        data, ranks = _activations(seed, t), _ranks(observation, t)
         for r, o in enumerate(ranks):
             for name, _, _, forward_communicates in _SCATTER_GATHER_OPS:
                 out, grad = _scatter_gather_expected(name, data, r, t)
-                _expect(f"t={t}: forward of {name}, rank {r} output", o[name]["out"], out)
+                _expect(f"t={t}: forward of {name}, rank {r} output (non-contiguous input)", o[name]["out"], out)
                 _expect(f"t={t}: backward of {name}, rank {r} input grad", o[name]["grad"], grad)
+                _expect_untouched(f"t={t}, rank {r}", name, o[name])
                 if not forward_communicates:
                     _expect_collectives(f"t={t}, rank {r}, {name}", o["log"], f"{name}.forward", [],
                                         "every rank already holds the whole tensor; keep your block")
+            for name, shape, dimension in _INDIVISIBLE if t > 1 else ():
+                _expect_value_error(f"t={t}: {name} of a tensor of shape {list(shape)} (its {dimension} dimension "
+                                    f"is not divisible by {t}; do not cut the rest off)", o["indivisible"][name])
 
 
 # ======================================================================================
@@ -412,6 +532,7 @@ def _rank_column_row(rank, t, seed, params):
          _column_block(m["x"], rank, t), m["grad"]),
         ("row_scatter", lambda: tp.RowParallelLinear(IN, OUT, input_is_parallel=False, master=row_master),
          m["x"], m["grad"]),
+        *(_no_bias_variants(tp, m, rank, t) if t > 1 else ()),
     ):
         layer = build()
         x = x.clone().requires_grad_()
@@ -428,12 +549,24 @@ def _rank_column_row(rank, t, seed, params):
     return result
 
 
+def _no_bias_variants(tp, m: dict, rank: int, t: int) -> tuple:
+    """The bias=False layers: judged with a process group (t = 1 judges the main configuration only,
+    so an option's mistake costs its own criterion, not 3.1-single-process as well)."""
+    return (
+        ("column_no_bias", lambda: tp.ColumnParallelLinear(IN, OUT, bias=False, master={"weight": m["weight"]}),
+         m["x"], _column_block(m["grad"], rank, t)),
+        ("row_no_bias", lambda: tp.RowParallelLinear(IN, OUT, bias=False, master={"weight": m["row.weight"]}),
+         _column_block(m["x"], rank, t), m["grad"]),
+    )
+
+
 def _dense_linear(weight, bias, x, grad):
-    """``nn.Linear`` forward + backward: (y, dx, dweight, dbias)."""
-    weight, bias, x = (v.clone().requires_grad_() for v in (weight, bias, x))
+    """``nn.Linear`` forward + backward: (y, dx, dweight, dbias); ``bias`` may be None."""
+    weight, x = weight.clone().requires_grad_(), x.clone().requires_grad_()
+    bias = None if bias is None else bias.clone().requires_grad_()
     y = F.linear(x, weight, bias)
     _backward(y, grad)
-    return y.detach(), x.grad, weight.grad, bias.grad
+    return y.detach(), x.grad, weight.grad, None if bias is None else bias.grad
 
 
 def observe_column_row(seed: int, params: dict):
@@ -443,53 +576,73 @@ def observe_column_row(seed: int, params: dict):
 
 def judge_column_row(seed: int, params: dict, observation) -> None:
     m = _linear_master(seed)
-    column_y, dx, dw, db = _dense_linear(m["weight"], m["bias"], m["x"], m["grad"])
-    row_y, row_dx, row_dw, row_db = _dense_linear(m["row.weight"], m["row.bias"], m["x"], m["grad"])
+    column = _dense_linear(m["weight"], m["bias"], m["x"], m["grad"])
+    row = _dense_linear(m["row.weight"], m["row.bias"], m["x"], m["grad"])
+    column_no_bias = _dense_linear(m["weight"], None, m["x"], m["grad"])
+    row_no_bias = _dense_linear(m["row.weight"], None, m["x"], m["grad"])
     for t in params.get("world_sizes", WORLD_SIZES):
-        for r, o in enumerate(observation[f"t{t}"]):
+        for r, o in enumerate(_ranks(observation, t)):
             where = f"t={t}, rank {r}"
-            rows = f"rows {r * OUT // t}:{(r + 1) * OUT // t}"
-            for name in ("column", "column_gather"):
-                c = o[name]
-                _expect(f"{where}: ColumnParallelLinear weight must be {rows} of the master weight",
-                        c["params"].get("weight"), _row_block(m["weight"], r, t), SHARD)
-                _expect(f"{where}: ColumnParallelLinear bias must be entries {rows[5:]} of the master "
-                        "bias", c["params"].get("bias"), _row_block(m["bias"], r, t), SHARD)
-                expected_y = column_y if name == "column_gather" else _column_block(column_y, r, t)
-                _expect(f"{where}: ColumnParallelLinear(gather_output={name == 'column_gather'}) output",
-                        c["out"], expected_y)
-                _expect(f"{where}: ColumnParallelLinear input grad (f must sum it over ranks)",
-                        c["grad"], dx)
-                _expect(f"{where}: ColumnParallelLinear weight grad", c["param_grads"].get("weight"),
-                        _row_block(dw, r, t))
-                _expect(f"{where}: ColumnParallelLinear bias grad", c["param_grads"].get("bias"),
-                        _row_block(db, r, t))
-            columns = f"columns {r * IN // t}:{(r + 1) * IN // t}"
-            for name in ("row", "row_scatter"):
-                c = o[name]
-                _expect(f"{where}: RowParallelLinear weight must be {columns} of the master weight",
-                        c["params"].get("weight"), _column_block(m["row.weight"], r, t), SHARD)
-                _expect(f"{where}: RowParallelLinear bias must be the whole master bias (added once)",
-                        c["params"].get("bias"), m["row.bias"], SHARD)
-                if _close(c["out"], row_y + (t - 1) * m["row.bias"]):
-                    raise Fail(f"{where}: RowParallelLinear adds the bias on every rank before the "
-                               f"all-reduce, so the output has it {t} times; add it once, after the "
-                               "reduction")
-                _expect(f"{where}: RowParallelLinear(input_is_parallel={name == 'row'}) output",
-                        c["out"], row_y)
-                _expect(f"{where}: RowParallelLinear input grad", c["grad"],
-                        _column_block(row_dx, r, t) if name == "row" else row_dx)
-                _expect(f"{where}: RowParallelLinear weight grad", c["param_grads"].get("weight"),
-                        _column_block(row_dw, r, t))
-                _expect(f"{where}: RowParallelLinear bias grad", c["param_grads"].get("bias"), row_db)
-            _expect_value_error(f"t={t}: ColumnParallelLinear({IN}, {2 * t + 1}) (out_features not "
-                                f"divisible by {t})", o["column_error"])
-            _expect_value_error(f"t={t}: RowParallelLinear({2 * t + 1}, {OUT}) (in_features not "
-                                f"divisible by {t})", o["row_error"])
-            _expect_collectives(f"{where}, ColumnParallelLinear", o["log"], "column.forward", [],
-                                "the input is replicated and each rank keeps its own output block")
-            _expect_collectives(f"{where}, RowParallelLinear", o["log"], "row.forward",
-                                [("all_reduce", S * B * OUT)], "g sums the partial products")
+            variants = t > 1  # the bias=False layers (see _no_bias_variants)
+            for name, dense in (("column", column), ("column_gather", column), ("column_no_bias", column_no_bias)):
+                if variants or name != "column_no_bias":
+                    _judge_column(f"{where}: ColumnParallelLinear({_options(name)})", o[name], dense, m, r, t)
+            for name, dense in (("row", row), ("row_scatter", row), ("row_no_bias", row_no_bias)):
+                if variants or name != "row_no_bias":
+                    _judge_row(f"{where}: RowParallelLinear({_options(name)})", o[name], dense, m, r, t)
+            if t > 1:
+                _expect_value_error(f"t={t}: ColumnParallelLinear({IN}, {2 * t + 1}) (out_features not "
+                                    f"divisible by {t})", o["column_error"])
+                _expect_value_error(f"t={t}: RowParallelLinear({2 * t + 1}, {OUT}) (in_features not "
+                                    f"divisible by {t})", o["row_error"])
+                _expect_collectives(f"{where}, ColumnParallelLinear", o["log"], "column.forward", [],
+                                    "the input is replicated and each rank keeps its own output block")
+                _expect_collectives(f"{where}, RowParallelLinear", o["log"], "row.forward",
+                                    [("all_reduce", S * B * OUT)], "g sums the partial products")
+
+
+def _options(name: str) -> str:
+    return {"column": "gather_output=False", "column_gather": "gather_output=True", "column_no_bias": "bias=False",
+            "row": "input_is_parallel=True", "row_scatter": "input_is_parallel=False", "row_no_bias": "bias=False"}[name]
+
+
+def _judge_column(where: str, c, dense, m: dict, r: int, t: int) -> None:
+    y, dx, dw, db = dense
+    rows = f"rows {r * OUT // t}:{(r + 1) * OUT // t}"
+    _expect(f"{where} weight must be {rows} of the master weight", c["params"].get("weight"),
+            _row_block(m["weight"], r, t), SHARD)
+    if db is None:
+        if c["params"].get("bias") is not None or c["param_grads"].get("bias") is not None:
+            raise Fail(f"{where} has a bias parameter; with bias=False it has none (self.bias is None)")
+    else:
+        _expect(f"{where} bias must be entries {rows[5:]} of the master bias", c["params"].get("bias"),
+                _row_block(m["bias"], r, t), SHARD)
+    gathered = "gather_output=True" in where
+    _expect(f"{where} output", c["out"], y if gathered else _column_block(y, r, t))
+    _expect(f"{where} input grad (f must sum it over ranks)", c["grad"], dx)
+    _expect(f"{where} weight grad", c["param_grads"].get("weight"), _row_block(dw, r, t))
+    if db is not None:
+        _expect(f"{where} bias grad", c["param_grads"].get("bias"), _row_block(db, r, t))
+
+
+def _judge_row(where: str, c, dense, m: dict, r: int, t: int) -> None:
+    y, dx, dw, db = dense
+    _expect(f"{where} weight must be columns {r * IN // t}:{(r + 1) * IN // t} of the master weight",
+            c["params"].get("weight"), _column_block(m["row.weight"], r, t), SHARD)
+    if db is None:
+        if c["params"].get("bias") is not None or c["param_grads"].get("bias") is not None:
+            raise Fail(f"{where} has a bias parameter; with bias=False it has none (self.bias is None)")
+    else:
+        _expect(f"{where} bias must be the whole master bias (added once)", c["params"].get("bias"),
+                m["row.bias"], SHARD)
+        if t > 1 and _close(c["out"], y + (t - 1) * m["row.bias"]):
+            raise Fail(f"{where} adds the bias on every rank before the all-reduce, so the output has it {t} "
+                       "times; add it once, after the reduction")
+    _expect(f"{where} output", c["out"], y)
+    _expect(f"{where} input grad", c["grad"], dx if "input_is_parallel=False" in where else _column_block(dx, r, t))
+    _expect(f"{where} weight grad", c["param_grads"].get("weight"), _column_block(dw, r, t))
+    if db is not None:
+        _expect(f"{where} bias grad", c["param_grads"].get("bias"), db)
 
 
 # ======================================================================================
@@ -517,8 +670,8 @@ class _DenseLayer(nn.Module):
     def mlp(self, x):
         return self.fc2(F.gelu(self.fc1(x)))
 
-    def attend(self, x):
-        mask = torch.ones(x.shape[0], x.shape[0], dtype=torch.bool).triu(1)  # causal
+    def attend(self, x, causal: bool = True):
+        mask = torch.ones(x.shape[0], x.shape[0], dtype=torch.bool).triu(1) if causal else None
         return self.attention(x, x, x, attn_mask=mask, need_weights=False)[0]
 
     def forward(self, x):
@@ -580,9 +733,15 @@ def _rank_block(rank, t, seed, params):
     with _Phase("backward"):
         _backward(y, grad)
     result = {"out": _out(y), "grad": _out(x.grad), "param_grads": _grads(module), "log": list(_LOG)}
-    if part == "attention":
+    if part == "attention" and t > 1:  # the options are judged with a process group (see _no_bias_variants)
         heads = t + 1
         result["heads_error"] = _raised(lambda: tp.ParallelSelfAttention(2 * heads, heads))
+        everywhere = tp.ParallelSelfAttention(H, HEADS, causal=False, master=_sub(master, "attention"))
+        x = data["x"].clone().requires_grad_()
+        with _Phase("non-causal"):
+            y = everywhere(x)
+            _backward(y, data["grad"])
+        result["non_causal"] = {"out": _out(y), "grad": _out(x.grad)}
     return result
 
 
@@ -590,7 +749,7 @@ def _judge_block(seed: int, params: dict, observation, what: str, prefix: str) -
     part = params["part"]
     for t in params.get("world_sizes", WORLD_SIZES):
         y, dx, dense = _dense_run(seed, t, part)
-        for r, o in enumerate(observation[f"t{t}"]):
+        for r, o in enumerate(_ranks(observation, t)):
             expected_grads = {k[len(prefix):]: v for k, v in dense.expected_grads(t, r).items()
                               if k.startswith(prefix)}
             where = f"t={t}, rank {r}: {what}"
@@ -619,14 +778,14 @@ def judge_mlp(seed: int, params: dict, observation) -> None:
         x = _activations(seed, t)["x"]
         with torch.no_grad():
             gelu_last = F.gelu(dense.fc2(dense.fc1(x)))
-        for r, o in enumerate(observation[f"t{t}"]):
+        for r, o in enumerate(_ranks(observation, t)):
             if _close(o["out"], gelu_last):
                 raise Fail(f"t={t}, rank {r}: ParallelMLP applies GeLU to the summed output of fc2; "
                            "GeLU belongs between the layers, on each rank's own block of fc1's output "
                            "(no communication needed there)")
     _judge_block(seed, params, observation, "ParallelMLP", "mlp.")
-    for t in params.get("world_sizes", WORLD_SIZES):
-        for r, o in enumerate(observation[f"t{t}"]):
+    for t in _multi_rank(params):
+        for r, o in enumerate(_ranks(observation, t)):
             _expect_collectives(f"t={t}, rank {r}: ParallelMLP", o["log"], "forward", [("all_reduce", N)],
                                 "column then row: only the row-parallel output is summed")
             _expect_collectives(f"t={t}, rank {r}: ParallelMLP", o["log"], "backward", [("all_reduce", N)],
@@ -644,8 +803,16 @@ def observe_attention(seed: int, params: dict):
 def judge_attention(seed: int, params: dict, observation) -> None:
     params = {**params, "part": "attention"}
     _judge_block(seed, params, observation, "ParallelSelfAttention (causal)", "attention.")
-    for t in params.get("world_sizes", WORLD_SIZES):
-        for r, o in enumerate(observation[f"t{t}"]):
+    dense = _DenseLayer(_master(seed))
+    for t in _multi_rank(params):  # the options are judged with a process group (see _no_bias_variants)
+        data = _activations(seed, t)
+        x = data["x"].clone().requires_grad_()
+        y = dense.attend(x, causal=False)
+        _backward(y, data["grad"])
+        for r, o in enumerate(_ranks(observation, t)):
+            where = f"t={t}, rank {r}: ParallelSelfAttention(causal=False)"
+            _expect(f"{where} output (every position attends to every position)", o["non_causal"]["out"], y.detach())
+            _expect(f"{where} input grad", o["non_causal"]["grad"], x.grad)
             _expect_value_error(f"t={t}: ParallelSelfAttention({2 * (t + 1)}, num_heads={t + 1}) "
                                 f"(heads not divisible by {t})", o["heads_error"])
             where = f"t={t}, rank {r}: ParallelSelfAttention"
@@ -666,8 +833,8 @@ def observe_layer(seed: int, params: dict):
 def judge_layer(seed: int, params: dict, observation) -> None:
     params = {**params, "part": "layer"}
     _judge_block(seed, params, observation, "ParallelTransformerLayer", "")
-    for t in params.get("world_sizes", WORLD_SIZES):
-        for r, o in enumerate(observation[f"t{t}"]):
+    for t in _multi_rank(params):
+        for r, o in enumerate(_ranks(observation, t)):
             where = f"t={t}, rank {r}: ParallelTransformerLayer"
             _expect_collectives(where, o["log"], "forward", [("all_reduce", N)] * 2,
                                 "g after attention and after the MLP")
@@ -681,7 +848,10 @@ def judge_layer(seed: int, params: dict, observation) -> None:
 def _vocab_data(seed: int) -> dict:
     g = torch.Generator().manual_seed(seed + 11)
     ids = torch.randint(0, VOCAB, (S, B), generator=g)
-    ids[0, 0], ids[-1, -1] = 0, VOCAB - 1  # both ends of the vocabulary
+    # The first and the last id of every rank's range, for every t: `> end` instead of
+    # `>= end` (or `<= start`) shows only at these ids.
+    bounds = sorted({edge for t in WORLD_SIZES for r in range(t) for edge in (r * VOCAB // t, (r + 1) * VOCAB // t - 1)})
+    ids.view(-1)[: len(bounds)] = torch.tensor(bounds)
     logits = _rand(g, S, B, VOCAB, scale=3.0)
     logits[1, 0] += 800.0  # exp() overflows without subtracting the max
     return {"table": _rand(g, VOCAB, H), "ids": ids, "grad": _rand(g, S, B, H),
@@ -713,23 +883,42 @@ def judge_embedding(seed: int, params: dict, observation) -> None:
     y = F.embedding(d["ids"], table)
     _backward(y, d["grad"])
     for t in params.get("world_sizes", WORLD_SIZES):
-        for r, o in enumerate(observation[f"t{t}"]):
+        for r, o in enumerate(_ranks(observation, t)):
             where = f"t={t}, rank {r}: VocabParallelEmbedding"
             _expect(f"{where} weight must be rows {r * VOCAB // t}:{(r + 1) * VOCAB // t} of the master "
                     "table", o["weight"], _row_block(d["table"], r, t), SHARD)
-            if not _close(o["out"], y.detach()):
-                _expect(f"{where} output (ids outside a rank's vocabulary range must contribute "
-                        "zeros before the all-reduce)", o["out"], y.detach())
+            _expect_per_token(f"{where} output", o["out"], y.detach(), d["ids"], t,
+                              "a rank looks up only the ids of its range (start <= id < end); ids outside a rank's "
+                              "vocabulary range must contribute zeros before the all-reduce")
             _expect(f"{where} weight grad", o["weight_grad"], _row_block(table.grad, r, t))
-            _expect_collectives(where, o["log"], "forward", [("all_reduce", N)],
-                                "sum the ranks' masked lookups")
+            if t > 1:
+                _expect_collectives(where, o["log"], "forward", [("all_reduce", N)],
+                                    "sum the ranks' masked lookups")
             _expect_collectives(where, o["log"], "backward", [], "each rank's rows get their own gradient")
+
+
+def _expect_per_token(what: str, actual, expected: torch.Tensor, ids: torch.Tensor, t: int, rule: str) -> None:
+    """``actual`` equals ``expected`` ([s, b, ...] per token), or Fail naming the first wrong
+    token's id and the rank range it belongs to (a range test off by one shows at its edges)."""
+    if max_difference(actual, expected) is None:
+        _expect(what, actual, expected)  # missing, not a tensor, or another shape: it says which
+    if _close(actual, expected):
+        return
+    per_token = (actual - expected).abs().reshape(S * B, -1).amax(dim=1)
+    wrong = int((~(per_token <= TOL * (1 + expected.abs().max().item()))).nonzero()[0])  # NaN is wrong too
+    token_id, size = int(ids.reshape(-1)[wrong]), VOCAB // t
+    owner = token_id // size
+    edge = (" (the first id of that range)" if token_id == owner * size
+            else " (the last id of that range)" if token_id == (owner + 1) * size - 1 else "")
+    raise Fail(f"{what} for token id {token_id} differs by {float(per_token[wrong]):.3g}; that id belongs to rank "
+               f"{owner}'s range [{owner * size}, {(owner + 1) * size}){edge}: {rule}")
 
 
 # ======================================================================================
 # 3.4 fused vocabulary-parallel cross-entropy
 # ======================================================================================
 TOKENS = S * B
+FEW_SCALARS = 4  # per token and collective: "a few scalars per token"; VOCAB / t is 12 or more
 
 
 def _rank_fused_loss(rank, t, seed, params):
@@ -756,16 +945,18 @@ def judge_fused_loss(seed: int, params: dict, observation) -> None:
     loss = F.cross_entropy(logits.reshape(-1, VOCAB), d["ids"].reshape(-1), reduction="none").view(S, B)
     _backward(loss, d["loss_grad"])
     for t in params.get("world_sizes", WORLD_SIZES):
-        for r, o in enumerate(observation[f"t{t}"]):
+        for r, o in enumerate(_ranks(observation, t)):
             where = f"t={t}, rank {r}: vocab_parallel_cross_entropy"
             forward = _phase_log(o["log"], "forward")
-            big = [c for c in forward if c["kind"] != "all_reduce" or c["numel"] > TOKENS]
+            big = [c for c in forward if c["numel"] > FEW_SCALARS * TOKENS]
             if big:
-                raise Fail(f"{where} must not gather the logits (or any tensor larger than one "
-                           f"scalar per token, {TOKENS} elements): recorded {_describe(big)}; "
-                           "all-reduce the max, the sum of exponentials and the target logit instead")
-            _expect(f"{where} per-token loss (like F.cross_entropy(reduction='none'))", o["loss"],
-                    loss.detach())
+                raise Fail(f"{where} must not gather the logits nor communicate anything else with a vocabulary "
+                           f"dimension (at most {FEW_SCALARS} scalars per token, {FEW_SCALARS * TOKENS} elements, "
+                           f"per collective): recorded {_describe(big)}; all-reduce the per-token max, the sum of "
+                           "exponentials and the target logit instead")
+            _expect_per_token(f"{where} per-token loss (like F.cross_entropy(reduction='none'))", o["loss"],
+                              loss.detach(), d["ids"], t,
+                              "only the rank whose range start <= id < end holds the target's logit")
             _expect(f"{where} gradient of this rank's logits", o["grad"], _column_block(logits.grad, r, t))
             if len(forward) > 4:
                 raise Fail(f"{where}: the forward should need about 3 all-reduces of {TOKENS} scalars "
@@ -799,7 +990,7 @@ def observe_sequence_parallel(seed: int, params: dict):
 def judge_sequence_parallel(seed: int, params: dict, observation) -> None:
     for t in params.get("world_sizes", WORLD_SIZES):
         y, dx, dense = _dense_run(seed, t, "layer")
-        ranks, partial = observation[f"t{t}"], _partial_grads(seed, t)
+        ranks, partial = _ranks(observation, t), _partial_grads(seed, t)
         what = "ParallelTransformerLayer(sequence_parallel=True)"
         for r, o in enumerate(ranks):
             where = f"t={t}, rank {r}: {what}"
@@ -807,7 +998,7 @@ def judge_sequence_parallel(seed: int, params: dict, observation) -> None:
                     _row_block(y, r, t))
             _expect(f"{where} input grad", o["grad"], _row_block(dx, r, t))
             expected = dense.expected_grads(t, r)
-            for name, blocks in partial.items():
+            for name, blocks in partial.items() if t > 1 else ():
                 if _close(o["param_grads"].get(name), blocks[r]):
                     raise Fail(f"{where}: the gradient of {name} is a partial sum over this rank's "
                                "block of the sequence; a replicated parameter applied to one block "
@@ -854,3 +1045,37 @@ def _partial_grads(seed: int, t: int) -> dict[str, list[torch.Tensor]]:
         partial["attention.out.bias"].append(g_attention[block].sum(dim=(0, 1)))
         partial["mlp.fc2.bias"].append(g_mlp[block].sum(dim=(0, 1)))
     return partial
+
+
+# ======================================================================================
+# 3.1 one process, no process group (t = 1)
+# ======================================================================================
+# (part, what it builds, its rank function, extra params, its judge): every other criterion's
+# run, once more in this process with no process group, judged by that criterion's judge.
+SINGLE_PROCESS_PARTS = (
+    ("fg", "f and g", _rank_fg, {}, judge_fg),
+    ("scatter_gather", "the scatter/gather ops", _rank_scatter_gather, {}, judge_scatter_gather),
+    ("column_row", "the column- and row-parallel linear layers", _rank_column_row, {}, judge_column_row),
+    ("mlp", "ParallelMLP", _rank_block, {"part": "mlp"}, judge_mlp),
+    ("attention", "ParallelSelfAttention", _rank_block, {"part": "attention"}, judge_attention),
+    ("layer", "ParallelTransformerLayer", _rank_block, {"part": "layer"}, judge_layer),
+    ("embedding", "VocabParallelEmbedding", _rank_embedding, {}, judge_embedding),
+    ("fused_loss", "vocab_parallel_cross_entropy", _rank_fused_loss, {}, judge_fused_loss),
+    ("sequence_parallel", "ParallelTransformerLayer(sequence_parallel=True)", _rank_block,
+     {"part": "layer", "sequence_parallel": True}, judge_sequence_parallel),
+)
+
+
+def observe_single_process(seed: int, params: dict):
+    """Runs every part of Problem 3 in this process, without a process group (t = 1)."""
+    _install_recorder()
+    return {name: _single_process(rank_fn, seed, {**params, **extra})
+            for name, _, rank_fn, extra, _ in SINGLE_PROCESS_PARTS}
+
+
+def judge_single_process(seed: int, params: dict, observation) -> None:
+    for name, what, _, _, judge in SINGLE_PROCESS_PARTS:
+        try:
+            judge(seed, {**params, "world_sizes": [1]}, {"t1": observation[name]})
+        except Fail as failure:
+            raise Fail(f"{what}, in one process without a process group (t = 1): {failure}") from None

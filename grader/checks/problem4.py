@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import math
 import random
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -122,31 +123,51 @@ def observe_interleaved(seed: int, params: dict) -> dict:
     return {"schedules": results}
 
 
-BAD_INTERLEAVED = [(4, 6, 2), (3, 4, 2), (2, 3, 2), (8, 12, 4), (4, 2, 2)]
+# (arguments, what is wrong with them): each must raise ValueError
+BAD_ONE_F_ONE_B = [((0, 4), "K = 0"), ((4, 0), "M = 0"), ((-1, 3), "K < 0"), ((3, -2), "M < 0"),
+                   ((2.0, 4), "K is not an int"), ((4, 3.0), "M is not an int")]
+BAD_INTERLEAVED = [((4, 6, 2), "M = 6 is not a multiple of K = 4"), ((3, 4, 2), "M = 4 is not a multiple of K = 3"),
+                   ((2, 3, 2), "M = 3 is not a multiple of K = 2"), ((8, 12, 4), "M = 12 is not a multiple of K = 8"),
+                   ((4, 2, 2), "M = 2 is not a multiple of K = 4"), ((4, 8, 0), "v = 0"), ((0, 8, 2), "K = 0"),
+                   ((4, 0, 2), "M = 0"), ((2, 4, -1), "v < 0"), ((4, 8, 2.0), "v is not an int")]
 
 
-def observe_interleaved_bad_m(seed: int, params: dict) -> dict:
-    """What the student's function does when M is not a multiple of K (and on one valid call)."""
-    student = _student()
-    outcomes = []
-    for args in BAD_INTERLEAVED:
-        try:
-            student.interleaved_one_f_one_b(*args)
-            outcomes.append("returned")
-        except ValueError as error:
-            outcomes.append(f"ValueError: {error}")
-        except NotImplementedError:
-            raise
-        except Exception as error:  # reported, not raised: the message names the call
-            outcomes.append(f"{type(error).__name__}: {error}")
+def _outcome(call) -> str:
+    """``"returned"``, or the exception ``call()`` raised as ``"Type: message"``."""
     try:
-        student.interleaved_one_f_one_b(4, 8, 2)
-        valid = "returned"
+        call()
     except NotImplementedError:
         raise
-    except Exception as error:
-        valid = f"{type(error).__name__}: {error}"
-    return {"bad": outcomes, "valid": valid}
+    except Exception as error:  # noqa: BLE001 - reported, not raised: the judge names the call
+        return f"{type(error).__name__}: {str(error)[:200]}"
+    return "returned"
+
+
+def observe_one_f_one_b_arguments(seed: int, params: dict) -> dict:
+    """What the student's ``one_f_one_b`` does with bad arguments, and with valid ones."""
+    student = _student()
+    return {"bad": [_outcome(lambda: student.one_f_one_b(*args)) for args, _ in BAD_ONE_F_ONE_B],
+            "valid": _outcome(lambda: student.one_f_one_b(4, 8))}
+
+
+def judge_one_f_one_b_arguments(seed: int, params: dict, observation: dict) -> None:
+    _expect_value_errors("one_f_one_b", BAD_ONE_F_ONE_B, observation["bad"])
+    if observation["valid"] != "returned":
+        raise Fail(f"one_f_one_b(4, 8) is valid but raised {observation['valid']}")
+
+
+def observe_interleaved_arguments(seed: int, params: dict) -> dict:
+    """What the student's ``interleaved_one_f_one_b`` does with bad arguments (M not a multiple of K, sizes < 1), and on one valid call."""
+    student = _student()
+    return {"bad": [_outcome(lambda: student.interleaved_one_f_one_b(*args)) for args, _ in BAD_INTERLEAVED],
+            "valid": _outcome(lambda: student.interleaved_one_f_one_b(4, 8, 2))}
+
+
+def _expect_value_errors(function: str, cases: list, outcomes) -> None:
+    for (args, wrong), outcome in zip(cases, outcomes):
+        if not outcome.startswith("ValueError"):
+            got = "it returned" if outcome == "returned" else f"got {outcome}"
+            raise Fail(f"{function}{args}: {wrong}, expected ValueError; {got}")
 
 
 def _simulate(schedule: list, call: str, num_microbatches: int, num_chunks: int, num_stages: int, t_b: float = T_B):
@@ -206,7 +227,7 @@ def judge_one_f_one_b_peak(seed: int, params: dict, observation: dict) -> None:
 
 
 def judge_interleaved(seed: int, params: dict, observation: dict) -> None:
-    """Valid; step = (M + (K-1)/v)(F + B); device d holds at most Megatron's warm-up + 1 chunks."""
+    """Valid; step = (M + (K-1)/v)(F + B); device d holds at most Megatron-LM's warm-up + 1 chunks (v >= 2; v = 1 is 1F1B)."""
     cases = _interleaved_cases(seed)
     _expect_count(observation, len(cases))
     for (num_stages, num_microbatches, num_chunks), schedule in zip(cases, observation["schedules"]):
@@ -214,32 +235,33 @@ def judge_interleaved(seed: int, params: dict, observation: dict) -> None:
         timeline = _simulate(schedule, call, num_microbatches, num_chunks, num_stages)
         expected = (num_microbatches + (num_stages - 1) / num_chunks) * (T_F + T_B)
         if not math.isclose(timeline.makespan, expected, rel_tol=1e-9):
+            goal = ("with v = 1 it is plain 1F1B: (M + K - 1)(F + B)" if num_chunks == 1 else
+                    "interleaving should give (M + (K-1)/v)(F + B), the 1F1B bubble divided by v")
             raise Fail(
                 f"{call}: one step takes {timeline.makespan:g} units (F = 1, B = 2 per device, 1/v per chunk); "
-                f"interleaving should give (M + (K-1)/v)(F + B) = {expected:g}: the 1F1B bubble divided by v"
+                f"{goal} = {expected:g}"
             )
         for device, peak in enumerate(timeline.peak_in_flight):
             if num_chunks == 1:
                 limit = min(num_stages - device, num_microbatches)
+                how = (f"with v = 1 the schedule is plain 1F1B (one_f_one_b), which holds at most min(K - d, M) = "
+                       f"{limit}: start backwards after K - d - 1 = {num_stages - device - 1} warm-up forwards "
+                       "(2(K-d-1) + (v-1)K is the warm-up of v >= 2 only)")
             else:
                 warmup = 2 * (num_stages - device - 1) + (num_chunks - 1) * num_stages
                 limit = min(warmup + 1, num_microbatches * num_chunks) / num_chunks
+                how = (f"the interleaved order of the docstring holds at most {limit:g}: start backwards after "
+                       f"min(2(K-d-1) + (v-1)K, M v) = {min(warmup, num_microbatches * num_chunks)} warm-up forwards")
             if peak > limit + 1e-9:
                 raise Fail(
                     f"{call}: device {device} holds up to {peak:g} microbatches' activations at once (counting "
-                    f"1/v per chunk); Megatron's order holds at most {limit:g}: start backwards after "
-                    f"2(K-d-1) + (v-1)K warm-up forwards"
+                    f"1/v per chunk); {how}"
                 )
 
 
-def judge_interleaved_bad_m(seed: int, params: dict, observation: dict) -> None:
-    """ValueError for every M that is not a multiple of K; a valid call still returns."""
-    for args, outcome in zip(BAD_INTERLEAVED, observation["bad"]):
-        if not outcome.startswith("ValueError"):
-            raise Fail(
-                f"interleaved_one_f_one_b{args}: M = {args[1]} is not a multiple of K = {args[0]}, expected "
-                f"ValueError, got {outcome}"
-            )
+def judge_interleaved_arguments(seed: int, params: dict, observation: dict) -> None:
+    """ValueError for every M that is not a multiple of K and for sizes < 1; a valid call still returns."""
+    _expect_value_errors("interleaved_one_f_one_b", BAD_INTERLEAVED, observation["bad"])
     if observation["valid"] != "returned":
         raise Fail(f"interleaved_one_f_one_b(4, 8, 2) is valid but raised {observation['valid']}")
 
@@ -253,8 +275,47 @@ def _expect_count(observation: dict, count: int) -> None:
 
 BATCH, WIDTH = 24, 32  # activations (24 x 32 float64 = 6144 bytes) differ in size from weights (32 x 32)
 
-# (layers, segments, dropout probability): None means the default round(sqrt(n)) segments
-RECOMPUTE_CASES = [(16, None, 0.25), (12, 3, 0.0), (9, 2, 0.5), (6, 6, 0.3), (5, 1, 0.2)]
+
+@dataclass(frozen=True)
+class RecomputeCase:
+    """``layers`` layers cut into ``segments`` (None: the default round(sqrt(n))); every
+    ``function_every``-th layer (0: none) is a plain callable without parameters; ``input_grad``
+    says whether the input requires grad (the docstring: "may or may not")."""
+
+    layers: int
+    segments: int | None
+    dropout: float
+    function_every: int = 0
+    input_grad: bool = True
+
+    def describe(self) -> str:
+        words = [f"{self.layers} layers, segments={self.segments}, dropout p={self.dropout}"]
+        if self.function_every:
+            words.append(f"every {self.function_every}. layer a plain function (no parameters)")
+        if not self.input_grad:
+            words.append("an input that does not require grad")
+        return ", ".join(words)
+
+
+RECOMPUTE_CASES = [
+    RecomputeCase(16, None, 0.25), RecomputeCase(12, 3, 0.0), RecomputeCase(9, 2, 0.5), RecomputeCase(6, 6, 0.3),
+    RecomputeCase(5, 1, 0.2),
+    RecomputeCase(7, None, 0.2),  # round(sqrt(7)) = 3 segments, int(sqrt(7)) = 2
+    RecomputeCase(8, 3, 0.2, function_every=2, input_grad=False),
+]
+
+
+class PlainFunction:
+    """``sin(x)``: a layer that is a plain callable, not an ``nn.Module`` (no parameters).
+    ``on_call`` (set by the grader while it counts) is called on every call."""
+
+    def __init__(self):
+        self.on_call = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.on_call is not None:
+            self.on_call()
+        return torch.sin(x)
 
 
 class GraderLayer(nn.Module):
@@ -274,11 +335,16 @@ class GraderLayer(nn.Module):
 
 def build_case(seed: int, index: int):
     """The layers, input and RNG seed of recomputation case ``index``, from ``seed``."""
-    num_layers, _, dropout = RECOMPUTE_CASES[index]
+    case = RECOMPUTE_CASES[index]
     generator = torch.Generator().manual_seed(seed * 100 + index)
-    layers = [GraderLayer(generator, dropout) for _ in range(num_layers)]
-    x = torch.randn(BATCH, WIDTH, generator=generator, dtype=torch.float64).requires_grad_()
+    layers = [PlainFunction() if case.function_every and i % case.function_every == case.function_every - 1
+              else GraderLayer(generator, case.dropout) for i in range(case.layers)]
+    x = torch.randn(BATCH, WIDTH, generator=generator, dtype=torch.float64).requires_grad_(case.input_grad)
     return layers, x, seed * 100 + index + 1
+
+
+def _parameters(layers) -> list:
+    return [p for layer in layers if isinstance(layer, nn.Module) for p in layer.parameters()]
 
 
 def plain_run(layers, x, rng_seed: int) -> dict:
@@ -296,7 +362,7 @@ def _finish(layers, x, output) -> dict:
     (output * weights).sum().backward()
     return {
         "output": output.detach().clone(),
-        "grads": [_clone(x.grad)] + [_clone(p.grad) for layer in layers for p in layer.parameters()],
+        "grads": [_clone(x.grad)] + [_clone(p.grad) for p in _parameters(layers)],
         "rng_after_forward": after_forward,
         "rng_after_backward": torch.get_rng_state(),
     }
@@ -335,14 +401,14 @@ def observe_recompute_grads(seed: int, params: dict) -> dict:
     """Outputs, gradients and RNG states of the plain run and of the student's checkpointed run."""
     student = _student()
     cases = []
-    for index, (_, segments, _) in enumerate(RECOMPUTE_CASES):
+    for index, case in enumerate(RECOMPUTE_CASES):
         layers, x, rng_seed = build_case(seed, index)
         plain = plain_run(layers, x, rng_seed)
-        for layer in layers:
-            layer.zero_grad(set_to_none=True)
+        for parameter in _parameters(layers):
+            parameter.grad = None
         x.grad = None
         torch.manual_seed(rng_seed)
-        output = _checkpoint_call(student, layers, x, segments)
+        output = _checkpoint_call(student, layers, x, case.segments)
         if not isinstance(output, torch.Tensor):
             raise Fail(f"checkpoint_sequential must return a tensor, got {type(output).__name__}")
         cases.append({"plain": plain, "student": _finish(layers, x, output)})
@@ -355,10 +421,10 @@ def judge_recompute_grads(seed: int, params: dict, observation: dict) -> None:
     if len(cases) != len(RECOMPUTE_CASES):
         raise Fail(f"expected {len(RECOMPUTE_CASES)} cases, got {len(cases)}")
     for index, case in enumerate(cases):
-        num_layers, segments, dropout = RECOMPUTE_CASES[index]
+        dropout = RECOMPUTE_CASES[index].dropout
         layers, x, rng_seed = build_case(seed, index)
         reference = plain_run(layers, x, rng_seed)
-        what = f"{num_layers} layers, segments={segments}, dropout p={dropout}"
+        what = RECOMPUTE_CASES[index].describe()
         # The child's plain run is the bit-level reference (same process, same kernels); it
         # must itself agree with the grader's own run, or the child was tampered with.
         for name, ours, theirs in _pairs(reference, case["plain"]):
@@ -405,25 +471,30 @@ class _StorageTracker(TorchDispatchMode):
 
 
 def _measure(run, layers, x) -> dict:
-    """Stored activations after forward, peak during backward, and layer calls per phase."""
+    """Stored activations after forward, peak during backward, layer calls per phase, and the
+    order in which backward ran the layers (it shows the segments: last segment first)."""
     tracker = _StorageTracker()
     phase = ["forward"]
     calls = {"forward": [0] * len(layers), "backward": [0] * len(layers)}
+    order: list[int] = []
     peak = [0]
 
     def exclude():
-        parameters = [p for layer in layers for p in layer.parameters()]
+        parameters = _parameters(layers)
         return parameters + [p.grad for p in parameters] + [x, x.grad]
 
-    def hook(index):
-        def counted(module, inputs, output):
-            calls[phase[0]][index] += 1
-            if phase[0] == "backward":
-                peak[0] = max(peak[0], tracker.alive(exclude()))
+    def count(index):
+        calls[phase[0]][index] += 1
+        if phase[0] == "backward":
+            order.append(index)
+            peak[0] = max(peak[0], tracker.alive(exclude()))
 
-        return counted
-
-    handles = [layer.register_forward_hook(hook(i)) for i, layer in enumerate(layers)]
+    handles = []
+    for index, layer in enumerate(layers):
+        if isinstance(layer, nn.Module):
+            handles.append(layer.register_forward_hook(lambda module, inputs, output, index=index: count(index)))
+        else:
+            layer.on_call = lambda index=index: count(index)
     try:
         with tracker:
             output = run()
@@ -436,7 +507,43 @@ def _measure(run, layers, x) -> dict:
     finally:
         for handle in handles:
             handle.remove()
-    return {"stored_after_forward": stored, "peak_during_backward": peak[0], "calls": calls}
+        for layer in layers:
+            if not isinstance(layer, nn.Module):
+                layer.on_call = None
+    return {"stored_after_forward": stored, "peak_during_backward": peak[0], "calls": calls, "order": order}
+
+
+# (layers, x, segments, what is wrong): each call must raise ValueError
+BAD_CHECKPOINT = [
+    ("[]", "x", None, "no layers"),
+    ("[tanh]", "x", 0, "segments = 0"),
+    ("[tanh] * 3", "x", 4, "more segments than layers"),
+    ("[tanh] * 3", "x", -1, "segments < 0"),
+    ("[tanh]", "x", 1.5, "segments is not an int"),
+    ("[3]", "x", None, "a layer that is not callable"),
+    ("[tanh]", "[[1.0]]", None, "x is not a tensor"),
+]
+
+
+def observe_recompute_arguments(seed: int, params: dict) -> dict:
+    """What the student's ``checkpoint_sequential`` does with bad arguments, and with valid ones."""
+    student = _student()
+    tanh = nn.Tanh()  # a module: plain-function layers are 4.3-bit-identical's, not this criterion's
+    values = {"[]": [], "[tanh]": [tanh], "[tanh] * 3": [tanh] * 3, "[3]": [3],
+              "x": torch.ones(2, 3), "[[1.0]]": [[1.0]]}
+    bad = [_outcome(lambda: _checkpoint_call(student, values[layers], values[x], segments))
+           for layers, x, segments, _ in BAD_CHECKPOINT]
+    valid = _outcome(lambda: _checkpoint_call(student, [tanh] * 3, torch.ones(2, 3), 3))
+    return {"bad": bad, "valid": valid}
+
+
+def judge_recompute_arguments(seed: int, params: dict, observation: dict) -> None:
+    for (layers, x, segments, wrong), outcome in zip(BAD_CHECKPOINT, observation["bad"]):
+        if not outcome.startswith("ValueError"):
+            got = "it returned" if outcome == "returned" else f"got {outcome}"
+            raise Fail(f"checkpoint_sequential({layers}, {x}, segments={segments}): {wrong}, expected ValueError; {got}")
+    if observation["valid"] != "returned":
+        raise Fail(f"checkpoint_sequential([tanh] * 3, x, segments=3) is valid but raised {observation['valid']}")
 
 
 MEMORY_CASES = [0, 1, 2]  # indices into RECOMPUTE_CASES with 2 <= segments < layers
@@ -449,7 +556,7 @@ def observe_recompute_memory(seed: int, params: dict) -> dict:
     for index in MEMORY_CASES:
         layers, x, rng_seed = build_case(seed, index)
         torch.manual_seed(rng_seed)
-        segments = RECOMPUTE_CASES[index][1]
+        segments = RECOMPUTE_CASES[index].segments
         results.append(_measure(lambda: _checkpoint_call(student, layers, x, segments), layers, x))
     return {"cases": results}
 
@@ -469,8 +576,8 @@ def _plain_forward(layers, x):
 
 
 def _segments(index: int) -> int:
-    num_layers, segments, _ = RECOMPUTE_CASES[index]
-    return round(math.sqrt(num_layers)) if segments is None else segments
+    case = RECOMPUTE_CASES[index]
+    return round(math.sqrt(case.layers)) if case.segments is None else case.segments
 
 
 def judge_recompute_memory(seed: int, params: dict, observation: dict) -> None:
@@ -478,7 +585,7 @@ def judge_recompute_memory(seed: int, params: dict, observation: dict) -> None:
     if len(observation["cases"]) != len(MEMORY_CASES):
         raise Fail(f"expected {len(MEMORY_CASES)} cases, got {len(observation['cases'])}")
     for index, case in zip(MEMORY_CASES, observation["cases"]):
-        num_layers = RECOMPUTE_CASES[index][0]
+        num_layers = RECOMPUTE_CASES[index].layers
         segments = _segments(index)
         longest = -(-num_layers // segments)
         plain, mine = plain_stored(seed, index), case["stored_after_forward"]
@@ -499,28 +606,70 @@ def judge_recompute_memory(seed: int, params: dict, observation: dict) -> None:
             )
 
 
+# The cases whose layers are all modules: plain-function layers are 4.3-bit-identical's concern
+COUNT_CASES = [index for index, case in enumerate(RECOMPUTE_CASES) if not case.function_every]
+
+
 def observe_recompute_count(seed: int, params: dict) -> dict:
-    """How often each grader layer ran during the checkpointed forward and during backward."""
+    """How often each grader layer ran during the checkpointed forward and during backward, and in which order backward ran them."""
     student = _student()
     results = []
-    for index, (_, segments, _) in enumerate(RECOMPUTE_CASES):
+    for index in COUNT_CASES:
+        case = RECOMPUTE_CASES[index]
         layers, x, rng_seed = build_case(seed, index)
         torch.manual_seed(rng_seed)
-        results.append(_measure(lambda: _checkpoint_call(student, layers, x, segments), layers, x)["calls"])
+        measured = _measure(lambda: _checkpoint_call(student, layers, x, case.segments), layers, x)
+        results.append({"calls": measured["calls"], "order": measured["order"]})
     return {"cases": results}
 
 
+def _segment_sizes(order: list) -> list[int]:
+    """The segments backward recomputed, from the order it ran the layers: each segment runs
+    its layers in increasing order, the segments from the last to the first."""
+    sizes: list[int] = []
+    for position, layer in enumerate(order):
+        if position and layer == order[position - 1] + 1:
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+    return sizes[::-1]
+
+
 def judge_recompute_count(seed: int, params: dict, observation: dict) -> None:
-    """Every layer runs once in forward and exactly once more (recomputed) in backward."""
-    for index, calls in enumerate(observation["cases"]):
-        num_layers = RECOMPUTE_CASES[index][0]
-        what = f"{num_layers} layers in {_segments(index)} segments"
+    """Every layer runs once in forward and exactly once more (recomputed) in backward, segment
+    by segment as segment_bounds cuts them (the default: round(sqrt(n)) segments)."""
+    if len(observation["cases"]) != len(COUNT_CASES):
+        raise Fail(f"expected {len(COUNT_CASES)} cases, got {len(observation['cases'])}")
+    for index, case in zip(COUNT_CASES, observation["cases"]):
+        spec = RECOMPUTE_CASES[index]
+        segments = _segments(index)
+        what = f"{spec.describe()}: {spec.layers} layers in {segments} segments"
         for phase in ("forward", "backward"):
-            counts = calls[phase]
-            if len(counts) != num_layers or any(count != 1 for count in counts):
+            counts = case["calls"][phase]
+            if len(counts) != spec.layers or any(count != 1 for count in counts):
                 layer = next((i for i, c in enumerate(counts) if c != 1), 0)
                 raise Fail(
                     f"{what}: layer {layer} ran {counts[layer]} times during the {phase}, expected once "
                     f"(calls per layer: {counts}); each layer runs once in forward and is recomputed "
                     "exactly once in backward"
                 )
+        expected = [stop - start for start, stop in _bounds(spec.layers, segments)]
+        got = _segment_sizes(case["order"])
+        if got != expected:
+            default = (f"; segments=None means round(sqrt({spec.layers})) = {segments}, not int(sqrt(...))"
+                       if spec.segments is None and len(got) != segments else "")
+            raise Fail(
+                f"{what}: backward recomputed segments of {got} layers (from the first layer on); expected "
+                f"{expected}, the pieces of segment_bounds({spec.layers}, {segments}){default}"
+            )
+
+
+def _bounds(num_layers: int, segments: int) -> list[tuple[int, int]]:
+    """``segment_bounds`` of the docstring, written out here (the grader never uses the answer key)."""
+    size, extra = divmod(num_layers, segments)
+    bounds, start = [], 0
+    for index in range(segments):
+        stop = start + size + (index < extra)
+        bounds.append((start, stop))
+        start = stop
+    return bounds

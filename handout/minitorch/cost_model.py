@@ -24,7 +24,10 @@ at large t, latency of many small transfers, non-matmul time, buffers, fragmenta
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from minitorch import cli
 
 
 @dataclass(frozen=True)
@@ -198,10 +201,16 @@ def format_plans(plans: list[Estimate]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+def main(argv: Sequence[str] | None = None) -> int:
+    cli.parser("cost_model", __doc__).parse_args(argv)
     cluster = Cluster(gpus=3072)
     plans = [e for e in all_plans(MEGATRON_1T, cluster, batch=3072) if e.t >= 4 and e.p >= 16]
     print(f"{MEGATRON_1T.name} on {cluster.gpus} GPUs, batch 3072 ('!' = does not fit in 80 GB):")
     print(format_plans(sorted(plans, key=lambda e: (e.t, e.p))))
     best = best_plan(MEGATRON_1T, cluster, batch=3072)
     print(f"best that fits: t = {best.t}, p = {best.p}, d = {best.d}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli.run(main, "python -m minitorch.cost_model"))

@@ -164,6 +164,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         Exception: the failing rank's exception, same type where possible, message prefixed
             with ``"rank r: "``; a rank that died without reporting gives a RuntimeError.
     """
+    __tracebackhide__ = True  # pytest shows the failing rank's traceback, not the launcher's frames
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
     if not timeout > 0:
@@ -279,10 +280,17 @@ def _describe(error: BaseException) -> dict:
         "error_module": type(error).__module__,
         "error_type": type(error).__qualname__,
         "message": message,
-        "traceback": "".join(traceback.format_exception(error)),
+        # From the frame below _rank_main: the rank's own code, not the launcher.
+        "traceback": "".join(traceback.format_exception(type(error), error, _below_launcher(error.__traceback__))),
         "is_echo": is_echo or is_timeout,
         "is_timeout": is_timeout,
     }
+
+
+def _below_launcher(frames):
+    if frames is not None and frames.tb_frame.f_code is _rank_main.__code__ and frames.tb_next is not None:
+        return frames.tb_next
+    return frames
 
 
 def _outcome_path(workdir: str, rank: int) -> str:
@@ -314,6 +322,7 @@ def _collect(ranks, workdir: str, timeout: float, deadline: float) -> list[Any]:
     """Wait for every rank; return their values or raise the most telling failure
     (:class:`_RendezvousFailed` when a rank could not join the group and no rank's ``fn``
     failed on its own)."""
+    __tracebackhide__ = True
     deadline += _REPORT_GRACE
     outcomes: dict[int, dict] = {}
     while len(outcomes) < len(ranks):

@@ -28,7 +28,7 @@ def clock_cycles(num_microbatches: int, num_stages: int) -> Iterator[list[tuple[
 
     Microbatch ``i`` can run on stage ``j`` once it has left stage ``j - 1`` and stage
     ``j`` has finished microbatch ``i - 1``, so its earliest clock cycle is ``i + j``.
-    Wave ``k`` is the list of every valid pair ``(i, j)`` (microbatch, stage) with
+    Wave ``k`` is a new list of every valid pair ``(i, j)`` (microbatch, stage) with
     ``i + j == k``, ordered by increasing stage ``j``. There are
     ``num_microbatches + num_stages - 1`` waves; ``num_microbatches == 0`` yields none.
 
@@ -38,11 +38,12 @@ def clock_cycles(num_microbatches: int, num_stages: int) -> Iterator[list[tuple[
     Note the order inside a pair: (microbatch, stage). (The lecture slides' F_{a,b} is
     stage a, microbatch b: the other way round.)
 
-    This is a generator function: calling it never raises; the checks below run when
-    iteration starts.
+    It is a generator: each wave is computed when it is asked for.
 
     Raises:
-        ValueError: ``num_microbatches < 0`` or ``num_stages < 1`` (on first ``next``).
+        ValueError: ``num_microbatches < 0`` or ``num_stages < 1``, at the latest on the
+            first ``next``. (A generator function raises there; a function that checks its
+            arguments and then returns a generator raises at the call. Both are right.)
     """
     # TODO: Implement for Problem 2.1.
     raise NotImplementedError("Problem 2.1: clock_cycles")
@@ -123,7 +124,9 @@ class Pipe(nn.Module):
 
         Each submitted callable does the whole stage step itself, including moving its
         microbatch to the stage's device: a ``.to(device)`` in this (calling) thread
-        makes every stage wait for the copy.
+        makes every stage wait for the copy (also when it is guarded, as in ``if x.device
+        != device``: between GPUs the guard is true). Only views of ``x`` (``torch.split``)
+        are made here before the first submit, and only ``torch.cat`` after the last receive.
 
         Raises:
             The exception a stage raised, unchanged (same object). The rest of that wave
@@ -200,8 +203,9 @@ def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_chunks: 
     Device d's k-th forward (k = 0 .. M*v - 1) takes microbatches in groups of K per
     chunk: with ``g, r = divmod(k, K * v)`` it is chunk ``r // K``, microbatch
     ``g * K + r % K``. Its k-th backward is the same but with the chunk reversed
-    (``v - 1 - r // K``). Order: ``min(2(K-d-1) + (v-1)K, M v)`` warm-up forwards, then one
-    forward one backward, then the remaining backwards. With ``K = 2, M = 4, v = 2``::
+    (``v - 1 - r // K``). Order for ``v >= 2``: ``min(2(K-d-1) + (v-1)K, M v)`` warm-up
+    forwards, then one forward one backward, then the remaining backwards. With ``v = 1``
+    it is plain 1F1B (``one_f_one_b``: ``K - d - 1`` warm-up forwards). With ``K = 2, M = 4, v = 2``::
 
         device 0 |0F00F11F01F10F2···1B01B00F31B11B11F20B00B01F30B10B1···1B21B2···1B31B30B20B20B30B3|
         device 1 |···0F00F11F01B01B01F11B11B10F20B00B00F30B10B11F21B21B21F31B31B30B20B20B30B3······|
@@ -214,6 +218,8 @@ def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_chunks: 
         num_stages: ``K >= 1`` devices.
         num_microbatches: ``M >= 1``, a multiple of ``K``.
         num_chunks: ``v >= 1`` chunks per device (``v = 1`` is plain 1F1B).
+
+    All three are ints (not floats, not bools).
 
     Returns:
         ``schedule[d]``: device d's actions in order, ``Action(stage_of(d, chunk, K), kind, m)``.
@@ -302,8 +308,9 @@ def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments:
     both runs because the RNG state is replayed. Do not use ``torch.utils.checkpoint``.
 
     Args:
-        layers: a non-empty sequence of callables (``nn.Module`` s; an ``nn.Sequential``
-            works). Parameters of ``nn.Module`` layers get gradients.
+        layers: a non-empty sequence of callables: ``nn.Module`` s (an ``nn.Sequential``
+            works) or plain functions such as ``torch.tanh``, which have no parameters.
+            Parameters of ``nn.Module`` layers get gradients.
         x: the input tensor (any device; may or may not require grad).
         segments: number of segments, an int in ``1 .. len(layers)``; ``None`` means
             ``round(sqrt(len(layers)))``.

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -419,34 +420,114 @@ def render_ascii(
     cells_per_unit: int | None = None,
     label: str = "device",
     idle: str = IDLE,
+    width: int | None = None,
 ) -> str:
-    """The lecture's text timeline, one line per device, two characters per cell.
+    """The timeline as text, one line per device.
 
-    ``device 0 |F0F1F2F3····B7B7|``: an action of length ``t`` fills ``t *
-    cells_per_unit`` cells with its label (``F3``; ``1F3`` for chunk 1 when the
-    schedule has several chunks per device); an idle cell is two ``·``. Labels longer
-    than two characters (microbatch >= 10, chunks) widen every cell to the longest.
+    The lecture's style where it reads: ``device 0 |F0F1F2F3····B7B7|``, two characters
+    per cell, an action of length ``t`` filling ``t * cells_per_unit`` cells with its label
+    (a B of 2 units is ``B7B7``), an idle cell two ``·``. It is used when every label is
+    two characters (one chunk per device, fewer than 11 microbatches), every action starts
+    and ends on a whole unit, and the lines fit in ``width``; or when ``cells_per_unit`` is
+    given.
+
+    Otherwise (labels such as ``1F3`` or ``F10`` that would run together, transfer delays
+    that put actions between whole units, or too little room) every action is a box that
+    starts with ``|`` and its label, ``device 0 |1F3|0B2   ···|1B0   |``, with as few
+    columns per time unit as keep the shortest action's label whole. Boxes wider than
+    ``width`` are cut into two bands of consecutive time; a timeline that would need more
+    is squeezed instead: every column shows the kind of action running in it
+    (``FFFF····BBFBBF``), in bands only if even one column per action is too wide.
 
     Args:
-        cells_per_unit: cells per time unit; ``None`` picks the smallest that puts every
-            start and end on a cell boundary (falls back to rounding at 8).
+        cells_per_unit: lecture style at this many cells per time unit.
         label: the word before the device number (the lecture uses ``设备``).
+        width: the widest line wanted (a terminal's columns); ``None``: no limit.
     """
     num_devices = timeline.num_devices
     slots = [slot for row in timeline.slots for slot in row]
-    if cells_per_unit is None:
-        cells_per_unit = _cells_per_unit([t for s in slots for t in (s.start, s.end)])
     labels = {s.action: format_action(s.action, num_devices, timeline.num_chunks) for s in slots}
-    width = max([2, *map(len, labels.values())])
-    total_cells = round(timeline.makespan * cells_per_unit)
-    lines = []
+    longest = max([2, *map(len, labels.values())])
+    times = [t for s in slots for t in (s.start, s.end)]
+    prefixes = [f"{label} {device} " for device in range(num_devices)]
+    room = None if width is None else max(1, width - len(prefixes[-1]) - 2)  # between the two "|"
+    makespan = timeline.makespan
+    if cells_per_unit is not None or (
+        longest == 2 and _cells_per_unit(times) == 1 and (room is None or 2 * makespan <= room)
+    ):
+        cells = cells_per_unit or 1
+        rows = [_lecture_row(row, labels, longest, cells, makespan, idle) for row in timeline.slots]
+        return "\n".join(f"{prefix}|{row}|" for prefix, row in zip(prefixes, rows))
+    shortest = min((s.end - s.start for s in slots), default=1.0)
+    columns = _columns_per_unit(times, (longest + 1) / shortest)
+    if room is None or makespan * columns <= 2 * room:
+        # No left border: a box's "|" at time 0 lines up with an idle row's first "·".
+        return _bands(prefixes, _boxed_rows(timeline, labels, columns, idle), columns, room, idle, border="")
+    squeezed = max(1, math.floor(room / makespan * shortest)) / shortest
+    unit = f"{1 / squeezed:.3g}"
+    unit += " time unit" if unit == "1" else " time units"
+    note = textwrap.fill(f"(squeezed to fit: 1 column = {unit}, the kind of action running, {idle} idle)", room + len(prefixes[-1]) + 2)
+    return note + "\n" + _bands(prefixes, _kinds_rows(timeline, squeezed, idle), squeezed, room, idle, border="|")
+
+
+def _column(time: float, columns_per_unit: float) -> int:
+    """The column where ``time`` falls, rounding halves up: an action of ``d`` units then
+    always spans at least ``floor(d * columns_per_unit)`` columns, wherever it starts."""
+    return math.floor(time * columns_per_unit + 0.5 + 1e-9)
+
+
+def _lecture_row(row, labels, cell_width: int, cells_per_unit: int, makespan: float, idle: str) -> str:
+    cells = [idle * cell_width] * _column(makespan, cells_per_unit)
+    for slot in row:
+        for cell in range(_column(slot.start, cells_per_unit), _column(slot.end, cells_per_unit)):
+            cells[cell] = labels[slot.action].ljust(cell_width)
+    return "".join(cells)
+
+
+def _boxed_rows(timeline: Timeline, labels, columns: float, idle: str) -> list[str]:
+    rows = [[idle] * _column(timeline.makespan, columns) for _ in timeline.slots]
     for device, row in enumerate(timeline.slots):
-        cells = [idle * width] * total_cells
         for slot in row:
-            first, last = round(slot.start * cells_per_unit), round(slot.end * cells_per_unit)
-            for cell in range(first, last):
-                cells[cell] = labels[slot.action].ljust(width)
-        lines.append(f"{label} {device} |{''.join(cells)}|")
+            first, last = _column(slot.start, columns), _column(slot.end, columns)
+            rows[device][first:last] = ("|" + labels[slot.action]).ljust(last - first)
+    return ["".join(row) for row in rows]
+
+
+def _kinds_rows(timeline: Timeline, columns: float, idle: str) -> list[str]:
+    rows = [[idle] * _column(timeline.makespan, columns) for _ in timeline.slots]
+    for device, row in enumerate(timeline.slots):
+        for slot in row:
+            first, last = _column(slot.start, columns), _column(slot.end, columns)
+            rows[device][first:last] = slot.action.kind * (last - first)
+    return ["".join(row) for row in rows]
+
+
+def _columns_per_unit(times: list[float], least: float) -> int:
+    """At least ``least`` columns per unit: the smallest integer that puts every time on a
+    column if one is close (up to 1.5 times ``least``), else the smallest."""
+    for columns in range(math.ceil(least - 1e-9), math.ceil(1.5 * least) + 1):
+        if all(abs(t * columns - round(t * columns)) < 1e-6 for t in times):
+            return columns
+    return math.ceil(least - 1e-9)
+
+
+def _bands(prefixes: list[str], rows: list[str], columns_per_unit: float, room: int | None, idle: str,
+           border: str) -> str:
+    """``prefix|row|`` lines, cut into bands of consecutive time when rows are wider than ``room``
+    (where possible at a column that starts a box or is idle on every device)."""
+    total = len(rows[0]) if rows else 0
+    if room is None or total <= room:
+        return "\n".join(f"{prefix}{border}{row}|" for prefix, row in zip(prefixes, rows))
+    lines, first = [], 0
+    while first < total:
+        last = first + room
+        if last < total:
+            clean = (cut for cut in range(last, first + room * 3 // 4, -1) if all(r[cut] in ("|", idle) for r in rows))
+            last = next(clean, last)
+        last = min(last, total)
+        lines.append(f"time {first / columns_per_unit:.4g} to {last / columns_per_unit:.4g}:")
+        lines += [f"{prefix}{border}{row[first:last]}{'|' if last == total else ''}" for prefix, row in zip(prefixes, rows)]
+        first = last
     return "\n".join(lines)
 
 
@@ -457,18 +538,51 @@ def _cells_per_unit(times: list[float]) -> int:
     return 8
 
 
-_COLOURS = {"F": "#4c78a8", "B": "#f58518", "I": "#e45756", "W": "#9d6fb0"}
+# Chunk 0 of each kind; later chunks are the same hue, lighter (mixed with white).
+_COLOURS = {"F": "#2f6db5", "B": "#e8710a", "I": "#c9302c", "W": "#7b4fa0"}
+_KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward, input gradient", "W": "backward, weight gradient"}
+_IDLE_FILL = "#ececec"
+_CHAR_PX = 6.7  # width of one character of the 11 px monospace font
+
+
+def _colour(kind: str, chunk: int, num_chunks: int) -> str:
+    """The fill of an action: its kind's colour, lighter for each later chunk."""
+    mix = 0.0 if num_chunks == 1 else 0.6 * chunk / (num_chunks - 1)
+    rgb = [int(_COLOURS[kind][i : i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * mix):02x}" for c in rgb)
+
+
+def _text_colour(fill: str) -> str:
+    """Black or white, whichever contrasts more with ``fill`` (WCAG relative luminance)."""
+    channels = [int(fill[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    return "black" if (luminance + 0.05) / 0.05 >= 1.05 / (luminance + 0.05) else "white"
 
 
 def render_svg(timeline: Timeline, *, unit_px: float = 24.0, row_px: float = 26.0, title: str = "") -> str:
-    """The timeline as a standalone SVG picture (one row per device, one box per action).
+    """The timeline as a standalone SVG picture: one row per device, one labelled box per
+    action, a time axis and a legend, so that it reads without the text around it.
 
-    Colours: F blue, B orange, I red, W purple; chunks after the first are lighter.
-    Returns the SVG text; write it to a ``.svg`` file.
+    Colours: F blue, B orange, I red, W purple; each later chunk of a device is a lighter
+    shade of the same colour (the legend names them). Every box carries its label (``F3``,
+    ``1B0``): the time scale grows until the shortest action's label fits, and the text is
+    black or white, whichever contrasts more with the box. Returns the SVG text.
     """
+    num_devices, num_chunks = timeline.num_devices, timeline.num_chunks
+    slots = [slot for row in timeline.slots for slot in row]
+    labels = {s.action: format_action(s.action, num_devices, num_chunks) for s in slots}
+    shortest = min((s.end - s.start for s in slots), default=1.0)
+    longest = max([2, *map(len, labels.values())])
+    unit_px = max(unit_px, (longest * _CHAR_PX + 6) / shortest)
     left, top = 70.0, 30.0 if title else 10.0
-    width = left + timeline.makespan * unit_px + 10
-    height = top + timeline.num_devices * row_px + 30
+    plot_width = timeline.makespan * unit_px
+    legend = _legend(sorted({(s.action.kind, chunk_of(s.action.stage, num_devices)) for s in slots},
+                            key=lambda kc: (KINDS.index(kc[0]), kc[1])), num_chunks)
+    width = max(left + plot_width + 10, left + max((x + w for x, _, w, _ in _legend_layout(legend, 10 ** 6)), default=0))
+    layout = _legend_layout(legend, width - left - 10)
+    axis_y = top + num_devices * row_px + 14
+    height = axis_y + 14 + 18 * (1 + max((row for _, row, _, _ in layout), default=0)) + 6
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'font-family="monospace" font-size="11">',
@@ -479,30 +593,53 @@ def render_svg(timeline: Timeline, *, unit_px: float = 24.0, row_px: float = 26.
     for device, row in enumerate(timeline.slots):
         y = top + device * row_px
         parts.append(f'<text x="4" y="{y + row_px * 0.62:.1f}">device {device}</text>')
-        parts.append(
-            f'<rect x="{left}" y="{y + 2}" width="{timeline.makespan * unit_px:.1f}" '
-            f'height="{row_px - 4}" fill="#f2f2f2"/>'
-        )
+        parts.append(f'<rect x="{left}" y="{y + 2}" width="{plot_width:.1f}" height="{row_px - 4}" fill="{_IDLE_FILL}"/>')
         for slot in row:
-            x, w = left + slot.start * unit_px, (slot.end - slot.start) * unit_px
-            chunk = chunk_of(slot.action.stage, timeline.num_devices)
-            opacity = 1.0 - 0.45 * chunk / max(1, timeline.num_chunks - 1)
-            text = format_action(slot.action, timeline.num_devices, timeline.num_chunks)
-            parts.append(
-                f'<rect x="{x:.1f}" y="{y + 2}" width="{w:.1f}" height="{row_px - 4}" '
-                f'fill="{_COLOURS[slot.action.kind]}" fill-opacity="{opacity:.2f}" stroke="white"/>'
-            )
-            if w >= 7 * len(text):
-                parts.append(
-                    f'<text x="{x + w / 2:.1f}" y="{y + row_px * 0.62:.1f}" text-anchor="middle" '
-                    f'fill="white">{text}</text>'
-                )
-    axis_y = top + timeline.num_devices * row_px + 14
+            parts += _box(slot, labels[slot.action], left, y, unit_px, row_px, num_devices, num_chunks)
     step = max(1, math.ceil(timeline.makespan / 20))
     for tick in range(0, math.floor(timeline.makespan) + 1, step):
         parts.append(f'<text x="{left + tick * unit_px:.1f}" y="{axis_y}" text-anchor="middle">{tick}</text>')
+    parts.append(f'<text x="4" y="{axis_y}">time</text>')
+    legend_y = axis_y + 14
+    for (fill, text), (x, line, _, _) in zip(legend, layout):
+        y_legend = legend_y + 18 * line
+        parts.append(f'<rect x="{left + x:.1f}" y="{y_legend}" width="14" height="12" fill="{fill}" stroke="#999"/>')
+        parts.append(f'<text x="{left + x + 18:.1f}" y="{y_legend + 10}">{escape(text)}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+def _box(slot: Slot, text: str, left: float, y: float, unit_px: float, row_px: float, num_devices: int,
+         num_chunks: int) -> list[str]:
+    x, w = left + slot.start * unit_px, (slot.end - slot.start) * unit_px
+    fill = _colour(slot.action.kind, chunk_of(slot.action.stage, num_devices), num_chunks)
+    return [
+        f'<rect class="action" x="{x:.1f}" y="{y + 2}" width="{w:.1f}" height="{row_px - 4}" fill="{fill}" '
+        f'stroke="white"><title>{text}: {slot.start:g} to {slot.end:g}</title></rect>',
+        f'<text x="{x + w / 2:.1f}" y="{y + row_px * 0.62:.1f}" text-anchor="middle" '
+        f'fill="{_text_colour(fill)}">{text}</text>',
+    ]
+
+
+def _legend(kinds_and_chunks: list[tuple[str, int]], num_chunks: int) -> list[tuple[str, str]]:
+    """``(fill, text)`` for every kind (and chunk) drawn, then idle."""
+    entries = []
+    for kind, chunk in kinds_and_chunks:
+        name = f"{kind} {_KIND_NAMES[kind]}" + (f", chunk {chunk}" if num_chunks > 1 else "")
+        entries.append((_colour(kind, chunk, num_chunks), name))
+    return entries + [(_IDLE_FILL, "idle")]
+
+
+def _legend_layout(entries: list[tuple[str, str]], room: float) -> list[tuple[float, int, float, str]]:
+    """``(x, row, width, text)`` of each legend entry, left to right, wrapped at ``room`` pixels."""
+    placed, x, row = [], 0.0, 0
+    for _, text in entries:
+        width = 18 + len(text) * _CHAR_PX + 16
+        if x and x + width > room:
+            x, row = 0.0, row + 1
+        placed.append((x, row, width, text))
+        x += width
+    return placed
 
 
 # ---------------------------------------------------------------- generators

@@ -21,6 +21,9 @@ Conventions used throughout this file
 * Layers are built on the CPU; move them with ``.to(device)`` afterwards (nccl needs CUDA).
 * Communicate only through ``torch.distributed`` collectives (``all_reduce``, ``all_gather``,
   ``reduce_scatter``, ...) on the default group. gloo (CPU) supports all of these.
+* Inputs may be non-contiguous (a transposed or sliced tensor). No op changes its input, nor
+  the gradient handed to its backward: both may still be used by the caller (collectives work
+  in place, so they work on a new tensor).
 """
 from __future__ import annotations
 
@@ -614,8 +617,10 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         """``[s, b, V/t]`` logits, ``[s, b]`` targets -> ``[s, b]`` losses (every rank).
 
         Communication: all-reduce of the per-token max, of the per-token sum of exponentials
-        and of the target logit: a few scalars per token, never the logits. Save for backward
-        what it needs (``ctx.save_for_backward``) so that backward does not communicate.
+        and of the target logit: a few scalars per token (at most 4 per collective; the sum
+        and the target logit may share one), never the logits or anything else with a
+        vocabulary dimension. Save for backward what it needs (``ctx.save_for_backward``) so
+        that backward does not communicate.
         """
         # TODO: Implement for Problem 3.4.
         raise NotImplementedError("Problem 3.4: _VocabParallelCrossEntropy.forward")

@@ -2,18 +2,19 @@
 
     python -m minitorch.timeline --schedule 1f1b -K 4 -M 8 [--t-comm 0.2] [--svg out.svg]
 
-GPipe and ZB-H1 come from :mod:`minitorch.schedules`; ``1f1b`` and ``interleaved`` are
-YOUR ``one_f_one_b`` / ``interleaved_one_f_one_b`` from ``minitorch/pipeline.py``
-(Problems 4.1 and 4.2). This is the one provided module that looks up the student's
-schedule generators, so that :mod:`minitorch.schedules` stays a leaf.
+GPipe and ZB-H1 come from minitorch/schedules.py; 1f1b and interleaved are YOUR
+one_f_one_b / interleaved_one_f_one_b from minitorch/pipeline.py (Problems 4.1 and
+4.2). The timeline is drawn to fit the terminal (--width to choose); F takes t_f
+units, B t_b, a transfer between devices t_comm.
 """
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Sequence
 
-from minitorch import schedules
+from minitorch import cli, schedules
 
+# This is the one provided module that looks up the student's schedule generators, so that
+# minitorch.schedules stays a leaf.
 GENERATORS = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
 
@@ -34,16 +35,17 @@ def generator(name: str) -> Callable[..., schedules.Schedule]:
     return pipeline.one_f_one_b if name == "1f1b" else pipeline.interleaved_one_f_one_b
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m minitorch.timeline", description=__doc__.split("\n")[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = cli.parser("timeline", __doc__)
     parser.add_argument("--schedule", choices=GENERATORS, default="1f1b")
     parser.add_argument("-K", type=int, default=4, help="devices (pipeline stages)")
     parser.add_argument("-M", type=int, default=8, help="microbatches")
     parser.add_argument("-v", type=int, default=2, help="chunks per device (interleaved only)")
-    parser.add_argument("--t-f", type=float, default=1.0)
-    parser.add_argument("--t-b", type=float, default=2.0)
+    parser.add_argument("--t-f", type=float, default=1.0, help="time of one forward (default 1)")
+    parser.add_argument("--t-b", type=float, default=2.0, help="time of one full backward (default 2)")
     parser.add_argument("--t-w", type=float, default=None, help="W part of t_b (zb-h1; default t_b/2)")
-    parser.add_argument("--t-comm", type=float, default=0.0)
+    parser.add_argument("--t-comm", type=float, default=0.0, help="delay of a transfer between devices (default 0)")
+    parser.add_argument("--width", type=int, default=None, help="widest line to draw (default: the terminal's)")
     parser.add_argument("--svg", help="also write the timeline as an SVG picture to this path")
     args = parser.parse_args(argv)
     try:
@@ -55,15 +57,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         timeline = schedules.simulate(schedule, args.t_f, args.t_b, t_w=t_w, t_comm=args.t_comm)
     except ValueError as error:
         parser.error(str(error))
-    except NotImplementedError as error:
-        parser.exit(1, f"{error}: implement it in minitorch/pipeline.py first\n")
-    print(f"{args.schedule}, K = {args.K}, M = {args.M}, t_f = {args.t_f:g}, t_b = {args.t_b:g}, t_comm = {args.t_comm:g}")
-    print(schedules.render_ascii(timeline))
+    title = f"{args.schedule}, K = {args.K}, M = {args.M}{f', v = {args.v}' if args.schedule == 'interleaved' else ''}"
+    print(f"{title}, t_f = {args.t_f:g}, t_b = {args.t_b:g}, t_comm = {args.t_comm:g}")
+    print(schedules.render_ascii(timeline, width=args.width or cli.terminal_width()))
     print(schedules.describe(timeline))
     if args.svg:
         with open(args.svg, "w", encoding="utf-8") as file:
-            file.write(schedules.render_svg(timeline, title=f"{args.schedule} K={args.K} M={args.M}"))
+            file.write(schedules.render_svg(timeline, title=title))
+        print(f"wrote {args.svg}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.run(main, "python -m minitorch.timeline"))

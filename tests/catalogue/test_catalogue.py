@@ -16,27 +16,43 @@ must not exist after grading, e.g. files the submission wrote into /tmp) and
 ``requires_root`` (skip when the tests do not run as root: the defence needs it). The text
 ``@RUN_TOKEN@`` in a source or a path is replaced by a token fresh for each test run.
 
+Upload entries give ``archive`` (``"zip"``, ``"tar.gz"`` or ``"tgz"``): the submission is then
+that archive instead of a folder, the student file stored as ``prefix`` + its name (a prefix
+such as ``'hw5\\minitorch\\'`` is what a Windows zip holds) and each ``[[extra_file]]`` under
+its ``name`` as written (``__MACOSX/._pipeline.py``, ``../evil.py``); an extra file with ``link``
+instead of ``content`` is a symbolic link to that target.
+
 Every entry is graded like the command line does it, writing the JSON and Gradescope reports
 after every criterion; afterwards both must still be the parent's, complete, consistent
 and small (a hostile child must not have changed or flooded them), the terminal summary and
-the Gradescope texts must hold no control characters but newlines and tabs, and no process
-the child started may be left.
+the Gradescope texts must hold no control characters but newlines and tabs, no message shows
+the grader's internals, and no process the child started may be left.
+
+The last test runs the public tests of the student kit on a few entries: the tests marked with
+a criterion the entry loses must fail there too (public parity).
 """
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import re
 import secrets
+import shutil
+import stat
+import subprocess
 import sys
+import tarfile
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
 from grading_helpers import answer_key_source, grade_folder, leftover_processes, write_submission
 
 from grader import report as reports
+from grader.layout import REPOSITORY
 from grader.protocol import write_json_report
 from grader.rubric import load_rubric
 
@@ -49,11 +65,15 @@ CATALOGUE = Path(__file__).resolve().parent
 ENTRY_KEYS = {
     "description", "file", "replace", "source", "lose", "only", "timeout", "expect_status", "expect_message",
     "extra_file", "settings", "expect_review", "expect_policy", "expect_note", "requires_root", "expect_gone",
+    "archive", "prefix",
 }
+ARCHIVE_MODES = {"zip": None, "tar.gz": "w:gz", "tgz": "w:gz"}
 BOUND_SECONDS = 60  # any entry, hostile ones included, is graded within this
 REPORT_BYTES = 1_000_000  # any entry's report.json and results.json stay below this
 RUN_TOKEN = "@RUN_TOKEN@"
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# A student's message never shows the grader's modules or files (grader.checks..., .../grader/...).
+GRADER_INTERNALS = re.compile(r"\bgrader\.(checks|child|harness|grading|protocol)\b|[/\\]grader[/\\]")
 
 
 def load_entry(path: Path) -> dict:
@@ -83,6 +103,29 @@ def submission_files(entry: dict, name: str, token: str = "") -> dict[str, str]:
     return files
 
 
+def pack(entry: dict, name: str, out: Path) -> Path:
+    """The entry's submission as an archive of kind ``entry["archive"]``, as a student's tool writes it."""
+    members = [(entry.get("prefix", "") + entry["file"], build_source(entry, name), None)] if entry.get("file") else []
+    members += [(extra["name"], extra.get("content", ""), extra.get("link")) for extra in entry.get("extra_file", [])]
+    path = out / f"submission.{entry['archive']}"
+    if entry["archive"] == "zip":
+        with zipfile.ZipFile(path, "w") as archive:
+            for member, content, link in members:
+                info = zipfile.ZipInfo(member)
+                info.external_attr = ((stat.S_IFLNK | 0o777) if link else (stat.S_IFREG | 0o644)) << 16
+                archive.writestr(info, link or content)
+        return path
+    with tarfile.open(path, ARCHIVE_MODES[entry["archive"]]) as archive:
+        for member, content, link in members:
+            info = tarfile.TarInfo(member)
+            data = content.encode()
+            if link:
+                info.type, info.linkname, data = tarfile.SYMTYPE, link, b""
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
 def grade_like_the_cli(folder: Path, entry: dict, out: Path):
     """Grade ``folder`` writing report.json after every criterion and results.json at the end."""
     rubric = load_rubric()
@@ -110,7 +153,8 @@ def check_reports(report, json_path: Path, gradescope_path: Path, wait: bool) ->
         (r.id, r.status, r.earned) for r in report.results
     ]
     gradescope = json.loads(gradescope_path.read_text())
-    assert gradescope["score"] == report.score and len(gradescope["tests"]) == len(report.results)
+    graded = [r for r in report.results if r.status != "blocked"]  # blocked ones are a note, not a test
+    assert gradescope["score"] == report.score and len(gradescope["tests"]) == len(graded)
     for text in [reports.summary(report, load_rubric()), gradescope["output"], *(t["output"] for t in gradescope["tests"])]:
         text.encode("utf-8")  # strict: a lone surrogate would raise here, as on a terminal
         assert not CONTROL.search(text.replace("\n", "").replace("\t", "")), f"control characters in {text[:200]!r}"
@@ -123,7 +167,11 @@ def test_catalogue_entry(path: Path, tmp_path: Path):
         pytest.skip("the defence this entry tests needs the grader to run as root")
     token = secrets.token_hex(8)
     gone = [Path(p.replace(RUN_TOKEN, token)) for p in entry.get("expect_gone", [])]
-    folder = write_submission(tmp_path / "submission", submission_files(entry, path.name, token))
+    if "archive" in entry:
+        assert entry["archive"] in ARCHIVE_MODES, f"{path.name}: archive must be one of {sorted(ARCHIVE_MODES)}"
+        folder = pack(entry, path.name, tmp_path)
+    else:
+        folder = write_submission(tmp_path / "submission", submission_files(entry, path.name, token))
     started = time.monotonic()
     report, json_path, gradescope_path = grade_like_the_cli(folder, entry, tmp_path)
     assert time.monotonic() - started < BOUND_SECONDS
@@ -141,6 +189,9 @@ def test_catalogue_entry(path: Path, tmp_path: Path):
             assert result.status in ("passed", "blocked"), f"{result.id} should pass, got {result.status}: {result.message}"
     for criterion, text in entry.get("expect_message", {}).items():
         assert text in messages[criterion], f"{criterion}: {text!r} not in message {messages[criterion]!r}"
+    if not entry.get("expect_review", False):  # a tampering report names what the submission touched
+        internals = {r.id: r.message for r in report.results if GRADER_INTERNALS.search(r.message)}
+        assert not internals, f"messages show the grader's internals: {internals}"
     assert report.needs_review == entry.get("expect_review", False), f"needs review: {report.review}"
     found = {finding["name"] for finding in report.policy_findings}
     assert set(entry.get("expect_policy", [])) <= found, f"policy findings: {sorted(found)}"
@@ -155,3 +206,69 @@ def test_old_must_occur_once():
     entry = {"file": "pipeline.py", "replace": [{"old": "torch", "new": "x"}]}
     with pytest.raises(AssertionError, match="occurs .* times"):
         build_source(entry, "example")
+
+
+# --- public parity on real mistakes ---------------------------------------------------------
+# For a catalogue entry, every criterion it must lose has a public test (marked
+# @pytest.mark.criterion(<id>)) that fails on the same code, run in a copy of the student kit,
+# so a student learns locally what the grader will say. Each entry costs a pytest run of the
+# kit's marked tests (seconds), so this runs on the classes students most often get past the
+# public tests, not the whole catalogue (that every criterion has a marked public test at all
+# is tests/kit/test_public_tests.py's check).
+
+PARITY_KIT = REPOSITORY / "handout"
+PARITY_ENTRIES = [
+    "transfer-guarded-by-device",   # a move on the calling thread that only happens between devices
+    "chunk-instead-of-split",       # the right number of microbatches, the wrong sizes
+    "serial-waves",                 # call order and concurrency
+    "reraise-copy",                 # a copy of the stage's exception, not the stage's own
+]
+
+PARITY_PLUGIN = '''
+import json, os
+
+WANTED = set(os.environ["PARITY_CRITERIA"].split(","))
+RESULTS = {}
+
+def pytest_collection_modifyitems(config, items):
+    keep = []
+    for item in items:
+        criteria = {c for marker in item.iter_markers("criterion") for c in marker.args} & WANTED
+        if criteria:
+            RESULTS[item.nodeid] = {"criteria": sorted(criteria), "failed": False}
+            keep.append(item)
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep
+
+def pytest_runtest_logreport(report):
+    if report.failed and report.nodeid in RESULTS:
+        RESULTS[report.nodeid]["failed"] = True
+
+def pytest_sessionfinish(session):
+    with open(os.environ["PARITY_OUT"], "w") as handle:
+        json.dump(RESULTS, handle)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PARITY_ENTRIES)
+def test_public_tests_fail_where_the_grader_does(name: str, tmp_path: Path):
+    entry = load_entry(CATALOGUE / f"{name}.toml")
+    kit = tmp_path / "kit"
+    shutil.copytree(PARITY_KIT, kit, ignore=shutil.ignore_patterns(".venv", "__pycache__", ".pytest_cache", ".hypothesis"))
+    for file in ("pipeline.py", "tensor_parallel.py"):  # the answer key, then the entry's mistake
+        shutil.copyfile(REPOSITORY / "minitorch" / file, kit / "minitorch" / file)
+    for file, text in submission_files(entry, name).items():
+        (kit / "minitorch" / file).write_text(text)
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "parity_plugin.py").write_text(PARITY_PLUGIN)
+    out = tmp_path / "results.json"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "plugin"), "PARITY_OUT": str(out),
+           "PARITY_CRITERIA": ",".join(entry["lose"]), "HYPOTHESIS_PROFILE": "ci"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "parity_plugin", "-p", "no:cacheprovider"],
+                         cwd=kit, env=env, capture_output=True, text=True, timeout=100)
+    assert out.exists(), run.stdout[-2000:] + run.stderr[-2000:]
+    results = json.loads(out.read_text())
+    caught = {criterion for result in results.values() if result["failed"] for criterion in result["criteria"]}
+    missed = sorted(set(entry["lose"]) - caught)
+    assert not missed, f"{name}: no public test fails for {missed}; ran {sorted(results)}"

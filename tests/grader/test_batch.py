@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch
+from grader import batch, discovery
 from grader.layout import REPOSITORY as REPO
 from kit import handout
 
@@ -77,7 +77,8 @@ def test_misbehaving_students_never_stop_the_batch(tmp_path, monkeypatch):
         grader_command=[sys.executable, str(tmp_path / "fake_grader.py")], progress=lines.append,
     )
     assert time.monotonic() - start < 30
-    assert len(lines) == 7 and all(line.startswith("[") for line in lines)
+    assert lines[0] == "skipped notes.txt (not a folder, .zip, .tar.gz or .tgz)"
+    assert len(lines) == 8 and all(line.startswith("[") for line in lines[1:])
     rows = {row["student"].lstrip("'"): row for row in read_csv(tmp_path / "out" / "grades.csv")}
     assert sorted(rows) == sorted(o.student for o in outcomes) == sorted(
         ["alice", "bob", "crash", "garbage", "future", "hang", "=HYPERLINK(1)"]
@@ -97,6 +98,9 @@ def test_misbehaving_students_never_stop_the_batch(tmp_path, monkeypatch):
     assert "needs_review" in hang["flags"]
     grandchild = int((tmp_path / "grandchild.pid").read_text())
     status = Path(f"/proc/{grandchild}/status")
+    deadline = time.monotonic() + 10  # SIGKILL is delivered when the process next runs: a busy machine takes a moment
+    while status.exists() and "zombie" not in status.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not status.exists() or "zombie" in status.read_text(), "the hung grader's children were not killed"
     assert rows["=HYPERLINK(1)"]["student"] == "'=HYPERLINK(1)"
 
@@ -107,35 +111,12 @@ def test_cells_that_look_like_formulas_are_escaped():
     ]
 
 
-def test_canvas_layout_takes_identities_from_the_roster(tmp_path):
-    roster = tmp_path / "export.csv"
-    roster.write_text(
-        "Student,ID,SIS User ID,SIS Login ID,Section,HW5 (77)\n"
-        "    Points Possible,,,,,46\n"
-        '"Lovelace, Ada",101,s001,ada,Sec A,\n'
-        "=Mallory,102,s002,mal,Sec B,\n"
-    )
-    outcomes = [
-        batch.StudentGrade("ada", Path("ada"), Path("ada.json"), score=40.0, max_score=46.0),
-        batch.StudentGrade("s002", Path("s002"), Path("s002.json"), score=None),
-        batch.StudentGrade("ghost", Path("ghost"), Path("ghost.json"), score=12.0),
-    ]
-    rows = batch.canvas_rows(outcomes, "HW5 (77)", batch.read_roster(roster))
-    batch.write_csv(tmp_path / "canvas.csv", rows)
-    written = read_csv(tmp_path / "canvas.csv")
-    assert list(written[0]) == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "HW5 (77)"]
-    assert written[0] == {"Student": "Lovelace, Ada", "ID": "101", "SIS User ID": "s001", "SIS Login ID": "ada",
-                          "Section": "Sec A", "HW5 (77)": "40"}
-    assert written[1]["Student"] == "'=Mallory" and written[1]["HW5 (77)"] == ""
-    assert written[2]["Student"] == "ghost" and written[2]["ID"] == ""
-
-
 def test_duplicate_names_are_both_graded_and_flagged(tmp_path):
     (tmp_path / "alice").mkdir()
     with zipfile.ZipFile(tmp_path / "alice.zip", "w") as archive:
         archive.writestr("pipeline.py", "")
-    students = batch.find_students(tmp_path)
-    assert [(name, flags) for name, _, flags in students] == [
+    students, _ = discovery.discover(tmp_path, tmp_path / "unpacked")
+    assert [(s.name, s.flags) for s in students] == [
         ("alice", []), ("alice.zip", ["duplicate_name", "needs_review"])
     ]
 
@@ -161,7 +142,7 @@ def test_real_grader_on_three_submissions(tmp_path):
     start = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "grades.csv"),
-         "--jobs", "2", "--timeout", str(STUDENT_S)],
+         "--jobs", "2", "--timeout", str(STUDENT_S), "--html", str(tmp_path / "class.html")],
         cwd=REPO, capture_output=True, text=True, timeout=BATCH_S,
     )
     print(f"batch of 3 graded in {time.monotonic() - start:.1f} s")
@@ -176,3 +157,5 @@ def test_real_grader_on_three_submissions(tmp_path):
     if os.geteuid() == 0:
         assert len(uids) == 2 and 0 not in uids, uids
     assert rows["stub"]["status"] == "graded" and float(rows["stub"]["total"]) == 0
+    assert "similar_to=key_zip" in rows["key"]["flags"] and "similar_to" not in rows["stub"]["flags"]
+    assert 'data-a="key" data-b="key_zip"' in (tmp_path / "class.html").read_text()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.rubric import RubricError, load_rubric, parse_rubric
+from grader.rubric import DEFAULT_GRADESCOPE_BUDGET, RubricError, gradescope_budget, load_rubric, parse_rubric
 
 GOOD = """
 [grader]
@@ -71,6 +71,10 @@ def test_disabling_a_criterion_or_a_problem():
         (('id = "2.2-forward"', 'id = "forward"'), r"id must be"),
         (("[grader]", "[grader]\nmemory = 5"), r"\[grader\] has unknown key 'memory'"),
         (("[grader]", "[grader\n"), r"not valid TOML"),
+        (('check = "problem2:forward"', 'check = "problem2:forward"\nvisibility = "after_due"'),
+         r"2.2-forward\): visibility must be one of 'visible', 'hidden', 'after_due_date', 'after_published', got 'after_due'"),
+        (("[grader]", "[gradescope]\nbudget = 0\n[grader]"), r"\[gradescope\] budget must be a positive number of seconds"),
+        (("[grader]", "[gradescope]\nbudgets = 300\n[grader]"), r"\[gradescope\] has unknown key 'budgets'"),
     ],
 )
 def test_mistakes_name_entry_and_field(edit, message):
@@ -78,3 +82,14 @@ def test_mistakes_name_entry_and_field(edit, message):
     assert old in GOOD
     with pytest.raises(RubricError, match=message):
         parse_rubric(GOOD.replace(old, new, 1))
+
+
+def test_gradescope_visibility_and_budget(tmp_path):
+    rubric = parse_rubric(GOOD.replace('check = "problem2:forward"', 'check = "problem2:forward"\nvisibility = "after_due_date"'))
+    assert [c.visibility for c in rubric.criteria] == ["visible", "after_due_date"]
+    assert rubric.gradescope_budget == DEFAULT_GRADESCOPE_BUDGET
+    path = tmp_path / "rubric.toml"
+    path.write_text("[gradescope]\nbudget = 300\n" + GOOD)
+    assert load_rubric(path).gradescope_budget == gradescope_budget(path) == 300
+    path.write_text("[gradescope]\nbudget = 'soon'\n" + GOOD)  # the grader reports it; the wrapper keeps going
+    assert gradescope_budget(path) == DEFAULT_GRADESCOPE_BUDGET

@@ -11,8 +11,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from student_copy import borrow_environment
 
 from grader.layout import REPOSITORY as REPO
+from grader.rubric import load_rubric
+from grader.tomlcompat import tomllib
 from kit import handout, writeup
 from kit.handout import HandoutError, strip_solutions
 
@@ -156,6 +159,22 @@ def test_points_tables_come_from_the_grader_s_own_rubric_parser(tmp_path):
         writeup.points_table(criteria, "7")
 
 
+def test_the_review_list_comes_from_the_rubrics_policy(tmp_path):
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text('[policy]\nforbidden = ["inspect", ".__wrapped__"]\n'
+                      '[[criterion]]\nid = "9.1-a"\nproblem = "9.1"\ntitle = "t"\npoints = 3\nneeds = "cpu"\n'
+                      'check = "problem2:schedule"\n')
+    template = tmp_path / "README.md.in"
+    template.write_text("flagged: {{policy_forbidden}}\n")
+    assert writeup.render(template, rubric) == "flagged: `inspect`, `.__wrapped__`\n"
+
+
+def test_the_kit_write_up_lists_every_name_the_policy_scan_flags():
+    readme = (KIT / "README.md").read_text()
+    section = readme[readme.index("**Flagged for review.**"):]
+    assert all(f"`{name}`" in section for name in load_rubric().forbidden)
+
+
 def test_rubric_errors_name_the_criterion(tmp_path):
     rubric = tmp_path / "rubric.toml"
     rubric.write_text('[[criterion]]\nid = "9.1-a"\nproblem = "9.1"\npoints = 3\n')
@@ -287,19 +306,22 @@ def pytest_sessionfinish(session):
 KIT_TESTS_S = 300  # the kit's test run; the tests that wait for it allow 60 s more
 
 
-def run_kit_tests(kit: Path, tmp_path: Path) -> dict:
-    """Run the kit's own tests in a subprocess, from the kit folder; return each test's outcome."""
+def run_kit_tests(kit: Path, tmp_path: Path, as_a_student: bool = False) -> tuple[dict, str]:
+    """Run the kit's own tests in a subprocess, from the kit folder: each test's outcome, and
+    what the run printed. ``as_a_student``: through the kit's ``make test``, in its own .venv."""
     (tmp_path / "plugin").mkdir(parents=True, exist_ok=True)
     (tmp_path / "plugin" / "kit_outcomes.py").write_text(OUTCOMES_PLUGIN)
     outcomes = tmp_path / "outcomes.json"
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "plugin"), "KIT_OUTCOMES": str(outcomes)}
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "plugin"), "KIT_OUTCOMES": str(outcomes), "COLUMNS": "80"}
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "kit_outcomes", "-p", "no:cacheprovider"],
-        cwd=kit, env=env, capture_output=True, text=True, timeout=KIT_TESTS_S,
-    )
+    if as_a_student:
+        borrow_environment(kit)
+        command = ["make", "--no-print-directory", "test", "PYTEST_ARGS=-p kit_outcomes"]
+    else:
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "kit_outcomes", "-p", "no:cacheprovider"]
+    result = subprocess.run(command, cwd=kit, env=env, capture_output=True, text=True, timeout=KIT_TESTS_S)
     assert outcomes.exists(), result.stdout[-3000:] + result.stderr[-3000:]
-    return json.loads(outcomes.read_text())
+    return json.loads(outcomes.read_text()), result.stdout + result.stderr
 
 
 def _builds_on(marker: str, raised: tuple) -> bool:
@@ -315,10 +337,18 @@ def scratch_kit(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def first_make_test(scratch_kit):
+    """A student's first ``make test`` in a fresh copy of the kit: outcomes and what it printed."""
+    kit = scratch_kit / "first"
+    shutil.copytree(scratch_kit / "kit", kit)
+    return run_kit_tests(kit, scratch_kit / "stub-run", as_a_student=True)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(KIT_TESTS_S + 60)
-def test_stubbed_kit_fails_every_public_test_with_its_own_problem(scratch_kit):
-    results = run_kit_tests(scratch_kit / "kit", scratch_kit / "stub-run")
+def test_stubbed_kit_fails_every_public_test_with_its_own_problem(first_make_test):
+    results, _ = first_make_test
     assert results, "the kit has no public tests"
     wrong = []
     for test, entry in results.items():
@@ -342,8 +372,27 @@ def test_answer_key_passes_every_public_test_of_the_kit(scratch_kit):
     for name in handout.STUDENT_FILES:
         if (REPO / "minitorch" / name).exists():
             shutil.copyfile(REPO / "minitorch" / name, kit / "minitorch" / name)
-    results = run_kit_tests(kit, scratch_kit / "key-run")
+    results, _ = run_kit_tests(kit, scratch_kit / "key-run")
     assert results, "the kit has no public tests"
     failed = [f"{test}: {entry['outcome']} {entry.get('error') or ''}" for test, entry in results.items()
               if entry["outcome"] != "passed"]
     assert not failed, "\n".join(failed)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(KIT_TESTS_S + 60)
+def test_a_students_first_make_test_is_short_and_ends_with_a_summary_per_problem(first_make_test):
+    results, printed = first_make_test
+    lines = printed.rstrip().splitlines()
+    assert len(lines) <= 150, f"{len(lines)} lines:\n{printed[-3000:]}"
+    assert "Traceback" not in printed and "distributed.py" not in printed
+    summary = lines[lines.index(next(line for line in lines if "public tests by problem" in line)) + 1:]
+    markers = tomllib.loads((KIT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    problems = [m.split(":")[0].removeprefix("problem_").replace("_", ".") for m in markers if m.startswith("problem_")]
+    for problem in problems:
+        tests = sum(problem in [m.removeprefix("problem_").replace("_", ".") for m in r["markers"]] for r in results.values())
+        line = next((line for line in summary if line.startswith(problem + " ")), None)
+        assert line is not None, f"no summary line for {problem}:\n" + "\n".join(summary)
+        assert f" 0/{tests} pass" in line and f"{tests} not implemented yet: Problem " in line, line
+    assert "3.2: ColumnParallelLinear" in next(line for line in summary if line.startswith("3.3 "))
+    assert re.search(rf"=+ {len(results)} not implemented in [\d.]+s =+", printed), lines[-3:]

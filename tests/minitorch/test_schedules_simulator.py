@@ -149,12 +149,12 @@ def test_missing_microbatch_caught_when_m_given():
 def test_svg_has_one_box_per_action_and_parses():
     timeline = simulate(schedules.zb_h1(3, 4), 1.0, 2.0, t_w=1.0)
     root = ET.fromstring(schedules.render_svg(timeline, title="ZB-H1 <K=3>"))
-    boxes = [e for e in root.iter("{http://www.w3.org/2000/svg}rect") if e.get("fill") != "white" and e.get("fill") != "#f2f2f2"]
+    boxes = [e for e in root.iter("{http://www.w3.org/2000/svg}rect") if e.get("class") == "action"]
     assert len(boxes) == sum(len(row) for row in timeline.slots)
 
 
 def test_cli_prints_timeline_and_metrics(capsys, tmp_path):
-    timeline_cli.main(["--schedule", "1f1b", "-K", "4", "-M", "8", "--svg", str(tmp_path / "t.svg")])
+    timeline_cli.main(["--schedule", "1f1b", "-K", "4", "-M", "8", "--width", "80", "--svg", str(tmp_path / "t.svg")])
     out = capsys.readouterr().out
     assert LECTURE_1F1B_K4_M8.replace("设备", "device") in out
     assert "27.3% of total time" in out and "[4, 3, 2, 1]" in out

@@ -7,7 +7,8 @@ the same master tensors (the ``dense_*`` functions below are plain PyTorch). Run
     pytest -m problem_3_2 tests/public/test_tensor_parallel.py
 
 A failure inside a rank is re-raised here with the rank in its message and the rank's own
-traceback attached below it.
+traceback attached below it. ``@pytest.mark.criterion(...)`` names the grader's criteria whose
+kind of mistake a test catches.
 """
 import math
 
@@ -49,6 +50,25 @@ def grad_of(output, grad, *inputs):
     return torch.autograd.grad((output * grad).sum(), inputs)
 
 
+def strided(tensor):
+    """The same values in a non-contiguous layout: ops must not assume contiguous inputs."""
+    return tensor.transpose(0, -1).contiguous().transpose(0, -1)
+
+
+def run_untouched(op, x, grad):
+    """``op`` forward on ``x`` and backward of ``grad``; fails if the op changed its input or the
+    gradient handed to its backward in place (both belong to the caller). Returns (y, x.grad)."""
+    x = x.detach().clone().requires_grad_()  # clone keeps the layout (strides)
+    x_before, handed = x.detach().clone(), []
+    y = op(x)
+    y.register_hook(lambda g: handed.append((g, g.clone())))
+    (dx,) = grad_of(y, grad, x)
+    assert torch.equal(x.detach(), x_before), f"{op.__name__} changed its input in place: work on a copy"
+    assert all(torch.equal(g, before) for g, before in handed), (
+        f"the backward of {op.__name__} changed the gradient it was given in place: work on a copy")
+    return y.detach(), dx
+
+
 class CollectiveCounter:
     """Counts calls of torch.distributed collectives inside one rank (call ``install`` there)."""
 
@@ -57,7 +77,7 @@ class CollectiveCounter:
              "all_to_all_single", "broadcast")
 
     def __init__(self):
-        self.calls = []
+        self.calls, self.sizes = [], []  # sizes: elements of each call's tensor argument
 
     def install(self):
         for name in self.NAMES:
@@ -69,12 +89,17 @@ class CollectiveCounter:
     def _counting(self, name, original):
         def counted(*args, **kwargs):
             self.calls.append(name)
+            self.sizes.append(max((a.numel() for a in args if isinstance(a, torch.Tensor)), default=0))
             return original(*args, **kwargs)
         return counted
 
     def take(self):
         calls, self.calls = self.calls, []
         return calls
+
+    def take_sizes(self):
+        sizes, self.sizes = self.sizes, []
+        return sizes
 
 
 # ----------------------------------------------------------------------------------------
@@ -128,6 +153,7 @@ def leaves(master):
 # 3.1 communication ops
 # ----------------------------------------------------------------------------------------
 @pytest.mark.problem_3_1
+@pytest.mark.criterion("3.1-single-process")
 def test_comm_ops_are_identities_without_a_process_group():
     x = torch.randn(4, 2, 6, dtype=DT, requires_grad=True)
     for op in (tp.copy_to_tensor_model_parallel_region, tp.reduce_from_tensor_model_parallel_region,
@@ -140,22 +166,21 @@ def test_comm_ops_are_identities_without_a_process_group():
         close(grad_of(y, grad, x)[0], grad)
 
 
-def _f_and_g(rank, t, x, xs, grads):
-    x = x.clone().requires_grad_()
-    f = tp.copy_to_tensor_model_parallel_region(x)
-    (f_grad,) = grad_of(f, grads[rank], x)
-    x_r = xs[rank].clone().requires_grad_()
-    g = tp.reduce_from_tensor_model_parallel_region(x_r)
-    (g_grad,) = grad_of(g, grads[rank], x_r)
-    return {"f": f.detach(), "f_grad": f_grad, "g": g.detach(), "g_grad": g_grad}
+def _f_and_g(rank, t, x, xs, grads, layout):
+    x, x_r, grad = (layout(v) for v in (x, xs[rank], grads[rank]))
+    f, f_grad = run_untouched(tp.copy_to_tensor_model_parallel_region, x, grad)
+    g, g_grad = run_untouched(tp.reduce_from_tensor_model_parallel_region, x_r, grad)
+    return {"f": f, "f_grad": f_grad, "g": g, "g_grad": g_grad}
 
 
 @pytest.mark.problem_3_1
+@pytest.mark.criterion("3.1-f-g")
+@pytest.mark.parametrize("layout", [torch.clone, strided], ids=["contiguous", "non-contiguous"])
 @pytest.mark.parametrize("t", WORLD_SIZES)
-def test_f_and_g_forward_and_backward(t):
+def test_f_and_g_forward_and_backward(t, layout):
     g = torch.Generator().manual_seed(t)
     x, xs, grads = randn(g, S, B, H), [randn(g, S, B, H) for _ in range(t)], [randn(g, S, B, H) for _ in range(t)]
-    for rank, out in enumerate(run(_f_and_g, t, x, xs, grads)):
+    for rank, out in enumerate(run(_f_and_g, t, x, xs, grads, layout)):
         close(out["f"], x)                  # f forward: identity
         close(out["f_grad"], sum(grads))    # f backward: all-reduce (NOT this rank's grad alone)
         close(out["g"], sum(xs))            # g forward: all-reduce
@@ -163,7 +188,15 @@ def test_f_and_g_forward_and_backward(t):
 
 
 def _scatter_gather(rank, t, x, xs, grads):
-    out = {}
+    out = {"errors": []}
+    for op, shape in ((tp.scatter_to_tensor_model_parallel_region, (S, B, H + 1)),
+                      (tp.scatter_to_sequence_parallel_region, (S + 1, B, H)),
+                      (tp.reduce_scatter_to_sequence_parallel_region, (S + 1, B, H))):
+        try:
+            op(torch.zeros(shape, dtype=DT))
+            out["errors"].append(f"{op.__name__}: no exception")
+        except Exception as error:
+            out["errors"].append(f"{op.__name__}: {type(error).__name__}")
     for name, op, inp, grad in (
         ("scatter", tp.scatter_to_tensor_model_parallel_region, x, block(grads[rank], rank, t, -1)),
         ("gather", tp.gather_from_tensor_model_parallel_region, block(xs[rank], rank, t, -1), grads[rank]),
@@ -172,13 +205,12 @@ def _scatter_gather(rank, t, x, xs, grads):
         ("seq_reduce_scatter", tp.reduce_scatter_to_sequence_parallel_region, xs[rank],
          block(grads[rank], rank, t, 0)),
     ):
-        inp = inp.clone().requires_grad_()
-        y = op(inp)
-        out[name] = (y.detach(), grad_of(y, grad, inp)[0])
+        out[name] = run_untouched(op, strided(inp), grad)
     return out
 
 
 @pytest.mark.problem_3_1
+@pytest.mark.criterion("3.1-scatter-gather")
 @pytest.mark.parametrize("t", WORLD_SIZES)
 def test_scatter_gather_and_sequence_parallel_ops(t):
     g = torch.Generator().manual_seed(10 + t)
@@ -199,6 +231,8 @@ def test_scatter_gather_and_sequence_parallel_ops(t):
         y, dx = out["seq_reduce_scatter"]                           # backward: all-gather
         close(y, block(sum(xs), rank, t, 0))
         close(dx, torch.cat([block(grads[r], r, t, 0) for r in range(t)]))
+        for error in out["errors"]:  # a size t does not divide must raise, not be cut short
+            assert error.endswith("ValueError"), error
 
 
 # ----------------------------------------------------------------------------------------
@@ -219,6 +253,11 @@ def _linears(rank, t, m, x, grad):
         y = layer(inp)
         dx, dw, db = grad_of(y, up, inp, layer.weight, layer.bias)
         out[name] = {"y": y.detach(), "dx": dx, "dw": dw, "db": db}
+    for name, layer, inp in (("column_no_bias", tp.ColumnParallelLinear(IN, OUT, bias=False, master={"weight": m["weight"]}), x),
+                             ("row_no_bias", tp.RowParallelLinear(IN, OUT, bias=False, master={"weight": m["weight"]}),
+                              block(x, rank, t, -1))):
+        assert layer.bias is None
+        out[name] = layer(inp).detach()
     zero = {"weight": torch.zeros(OUT, IN, dtype=DT), "bias": m["bias"]}
     out["row_zero_weight"] = tp.RowParallelLinear(IN, OUT, master=zero)(block(x, rank, t, -1)).detach()
     errors = []
@@ -233,6 +272,7 @@ def _linears(rank, t, m, x, grad):
 
 
 @pytest.mark.problem_3_2
+@pytest.mark.criterion("3.2-column-row")
 @pytest.mark.parametrize("t", WORLD_SIZES)
 def test_column_and_row_parallel_linear_equal_nn_linear(t):
     g = torch.Generator().manual_seed(20 + t)
@@ -256,6 +296,8 @@ def test_column_and_row_parallel_linear_equal_nn_linear(t):
             close(r["dw"], block(dw, rank, t, 1))          # weight [out, in/t]
             close(r["db"], db)                             # bias whole, replicated
         close(out["row_zero_weight"], m["bias"].expand(S, B, OUT))  # bias added once, not t times
+        close(out["column_no_bias"], block(F.linear(x, m["weight"]), rank, t, -1))  # bias=False: no bias at all
+        close(out["row_no_bias"], F.linear(x, m["weight"]))
         assert out["errors"] == ["ValueError", "ValueError"], "sizes not divisible by t must raise ValueError"
 
 
@@ -279,6 +321,7 @@ def _mlp(rank, t, m, x, grad):
 
 
 @pytest.mark.problem_3_3
+@pytest.mark.criterion("3.3-mlp")
 @pytest.mark.parametrize("t", WORLD_SIZES)
 def test_parallel_mlp_equals_dense_and_gelu_of_partial_sums_does_not(t):
     g = torch.Generator().manual_seed(30 + t)
@@ -301,15 +344,17 @@ def _attention(rank, t, m, x, grad):
     x_ = x.clone().requires_grad_()
     y = attention(x_)
     (dx,) = grad_of(y, grad, x_)
+    everywhere = tp.ParallelSelfAttention(H, HEADS, causal=False, master=m)(x).detach()
     try:
         tp.ParallelSelfAttention(2 * (t + 1), t + 1)
         error = "no exception"
     except Exception as e:
         error = type(e).__name__
-    return {"y": y.detach(), "dx": dx, "error": error}
+    return {"y": y.detach(), "dx": dx, "error": error, "non_causal": everywhere}
 
 
 @pytest.mark.problem_3_3
+@pytest.mark.criterion("3.3-attention")
 @pytest.mark.parametrize("t", WORLD_SIZES)
 def test_parallel_attention_equals_dense_causal_attention(t):
     g = torch.Generator().manual_seed(40 + t)
@@ -320,6 +365,7 @@ def test_parallel_attention_equals_dense_causal_attention(t):
     for out in run(_attention, t, m, x, grad):
         close(out["y"], y.detach())
         close(out["dx"], dx)
+        close(out["non_causal"], dense_attention(m, x, causal=False))  # causal=False: every position sees all
         assert out["error"] == "ValueError", f"{t + 1} heads cannot be split over {t} ranks"
 
 
@@ -358,6 +404,7 @@ def _check_layer(t, sequence_parallel):
 
 
 @pytest.mark.problem_3_3
+@pytest.mark.criterion("3.3-layer")
 @pytest.mark.parametrize("t", WORLD_SIZES)
 def test_transformer_layer_equals_dense_with_two_all_reduces_each_way(t):
     for out in _check_layer(t, sequence_parallel=False):
@@ -374,19 +421,24 @@ def _vocab(rank, t, table, ids, logits, target, grad):
     (de,) = grad_of(e, grad, embedding.weight)
     counter.take()
     local = block(logits, rank, t, -1).clone().requires_grad_()
+    counter.take_sizes()
     loss = tp.vocab_parallel_cross_entropy(local, target)
-    loss_calls = counter.take()
+    loss_calls, loss_sizes = counter.take(), counter.take_sizes()
     (dlogits,) = grad_of(loss, torch.ones_like(loss), local)
     return {"e": e.detach(), "de": de, "loss": loss.detach(), "dlogits": dlogits, "loss_calls": loss_calls,
-            "backward_calls": counter.take()}
+            "loss_sizes": loss_sizes, "backward_calls": counter.take()}
 
 
 @pytest.mark.problem_3_4
+@pytest.mark.criterion("3.4-embedding", "3.4-fused-loss")
 @pytest.mark.parametrize("t", WORLD_SIZES)
 def test_vocab_parallel_embedding_and_fused_cross_entropy(t):
     g = torch.Generator().manual_seed(60 + t)
     table, grad = randn(g, VOCAB, H), randn(g, S, B, H)
     ids = torch.randint(0, VOCAB, (S, B), generator=g)
+    size = VOCAB // t  # the first and the last id of every rank's range: start <= id < end
+    edges = [edge for r in range(t) for edge in (r * size, (r + 1) * size - 1)]
+    ids.view(-1)[: len(edges)] = torch.tensor(edges)
     logits = randn(g, S, B, VOCAB, scale=3.0)
     logits[0, 0] += 1000.0                      # exp() overflows unless the max is subtracted
     dense = leaves({"table": table, "logits": logits})
@@ -400,6 +452,7 @@ def test_vocab_parallel_embedding_and_fused_cross_entropy(t):
         close(out["loss"], loss.detach())        # equals F.cross_entropy(reduction="none")
         close(out["dlogits"], block(dlogits, rank, t, -1))
         assert set(out["loss_calls"]) == {"all_reduce"}, "the fused loss must not gather the logits"
+        assert max(out["loss_sizes"]) <= 4 * S * B, "the fused loss communicates a few scalars per token, never logits"
         assert out["backward_calls"] == [], "the fused loss's backward needs no communication"
 
 
@@ -407,6 +460,7 @@ def test_vocab_parallel_embedding_and_fused_cross_entropy(t):
 # 3.5 sequence parallelism
 # ----------------------------------------------------------------------------------------
 @pytest.mark.problem_3_5
+@pytest.mark.criterion("3.5-sequence-parallel")
 @pytest.mark.parametrize("t", WORLD_SIZES)
 def test_sequence_parallel_layer_equals_dense_without_activation_all_reduces(t):
     for out in _check_layer(t, sequence_parallel=True):
@@ -416,3 +470,45 @@ def test_sequence_parallel_layer_equals_dense_without_activation_all_reduces(t):
         assert gathers == 4 and scatters == 4, f"expected 4 all-gathers and 4 reduce-scatters, got {calls}"
         # what is left are the small all-reduces of replicated parameters' gradients
         assert calls.count("all_reduce") == len(calls) - 8
+
+
+# ----------------------------------------------------------------------------------------
+# one plain process, no process group: t = 1, every layer equals its dense counterpart
+# ----------------------------------------------------------------------------------------
+@pytest.mark.problem_3_2
+@pytest.mark.criterion("3.1-single-process")
+def test_linear_layers_without_a_process_group_equal_nn_linear():
+    g = torch.Generator().manual_seed(70)
+    linear, x = {"weight": randn(g, OUT, IN), "bias": randn(g, OUT)}, randn(g, S, B, IN)
+    close(tp.ColumnParallelLinear(IN, OUT, master=linear)(x), F.linear(x, **linear))
+    close(tp.RowParallelLinear(IN, OUT, master=linear)(x), F.linear(x, **linear))
+
+
+@pytest.mark.problem_3_3
+@pytest.mark.criterion("3.1-single-process")
+def test_blocks_without_a_process_group_equal_dense():
+    g = torch.Generator().manual_seed(71)
+    m, x = make_master(71), randn(g, S, B, H)
+    close(tp.ParallelMLP(H, FFN, master=sub(m, "mlp"))(x), dense_mlp(sub(m, "mlp"), x))
+    for causal in (True, False):
+        close(tp.ParallelSelfAttention(H, HEADS, causal=causal, master=sub(m, "attention"))(x),
+              dense_attention(sub(m, "attention"), x, causal=causal))
+    close(tp.ParallelTransformerLayer(H, HEADS, FFN, master=m)(x), dense_layer(m, x))
+
+
+@pytest.mark.problem_3_4
+@pytest.mark.criterion("3.1-single-process")
+def test_vocab_parallel_without_a_process_group_equals_dense():
+    g = torch.Generator().manual_seed(72)
+    table, ids, logits = randn(g, VOCAB, H), torch.randint(0, VOCAB, (S, B), generator=g), randn(g, S, B, VOCAB)
+    close(tp.VocabParallelEmbedding(VOCAB, H, master={"weight": table})(ids), F.embedding(ids, table))
+    close(tp.vocab_parallel_cross_entropy(logits, ids),
+          F.cross_entropy(logits.view(-1, VOCAB), ids.view(-1), reduction="none").view(S, B))
+
+
+@pytest.mark.problem_3_5
+@pytest.mark.criterion("3.1-single-process")
+def test_sequence_parallel_layer_without_a_process_group_equals_dense():
+    g = torch.Generator().manual_seed(73)
+    m, x = make_master(73), randn(g, S, B, H)
+    close(tp.ParallelTransformerLayer(H, HEADS, FFN, sequence_parallel=True, master=m)(x), dense_layer(m, x))

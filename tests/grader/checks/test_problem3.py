@@ -19,7 +19,7 @@ from grader.checks import problem3 as checks
 pytestmark = pytest.mark.multirank  # launches torch.distributed ranks (left out of make test-fast)
 
 NAMES = ["fg", "scatter_gather", "column_row", "mlp", "attention", "layer", "embedding",
-         "fused_loss", "sequence_parallel"]
+         "fused_loss", "sequence_parallel", "single_process"]
 SEED = 20240
 
 
@@ -66,13 +66,13 @@ def test_f_and_g_backward_swapped_fails_f_g(monkeypatch):
     monkeypatch.setattr(tp._CopyToModelParallelRegion, "backward", staticmethod(lambda ctx, g: g))
     monkeypatch.setattr(tp._ReduceFromModelParallelRegion, "backward",
                         staticmethod(lambda ctx, g: tp._reduce(g)))
-    fails("fg", "backward of f must all-reduce the gradient: rank 0 input grad is a partial sum")
+    fails("fg", "t=2, rank 0, contiguous input and gradient: backward of f must all-reduce the gradient: the input grad is a partial sum")
 
 
 def test_g_backward_all_reduce_alone_fails_f_g(monkeypatch):
     monkeypatch.setattr(tp._ReduceFromModelParallelRegion, "backward",
                         staticmethod(lambda ctx, g: tp._reduce(g)))
-    fails("fg", "backward of g must be the identity: rank 0 input grad is the sum")
+    fails("fg", "backward of g must be the identity: the input grad is the sum")
 
 
 def test_g_without_all_reduce_fails_f_g(monkeypatch):
@@ -115,17 +115,18 @@ def test_bias_added_on_every_rank_fails_column_row(monkeypatch):
         return tp.reduce_from_tensor_model_parallel_region(F.linear(x, self.weight, self.bias))
 
     monkeypatch.setattr(tp.RowParallelLinear, "forward", forward)
-    fails("column_row", "RowParallelLinear adds the bias on every rank before the all-reduce, "
+    fails("column_row", "RowParallelLinear(input_is_parallel=True) adds the bias on every rank before the all-reduce, "
                         "so the output has it 2 times")
 
 
 def test_wrong_shard_slicing_fails_column_row(monkeypatch):
     def strided(self, master):  # every t-th row instead of a contiguous block
         rank, world = tp.get_rank(), tp.get_world_size()
-        return master["weight"][rank::world].clone(), master["bias"][rank::world].clone()
+        bias = master["bias"][rank::world].clone() if "bias" in master else None
+        return master["weight"][rank::world].clone(), bias
 
     monkeypatch.setattr(tp.ColumnParallelLinear, "shard", strided)
-    fails("column_row", "t=2, rank 0: ColumnParallelLinear weight must be rows 0:8 of the master weight")
+    fails("column_row", "t=2, rank 0: ColumnParallelLinear(gather_output=False) weight must be rows 0:8 of the master weight")
 
 
 def test_no_value_error_for_indivisible_sizes_fails_column_row(monkeypatch):
@@ -265,3 +266,77 @@ def test_recorder_sees_every_kind_once_with_full_sizes():
         ("all_reduce", 12, "MAX"), ("all_gather", 24, ""), ("reduce_scatter", 12, ""),
         ("all_to_all", 12, ""), ("all_gather_object", 0, "")]
     assert {c["phase"] for c in log} == {"forward"} and log[0]["dtype"] == "float64"
+
+
+# -- classes found in real code ---------------------------------------------------------
+def test_megatron_style_in_place_reduce_fails_f_g(monkeypatch):
+    def in_place(x):
+        if tp.get_world_size() > 1:
+            dist.all_reduce(x.contiguous())
+        return x
+
+    monkeypatch.setattr(tp, "_reduce", in_place)
+    fails("fg", "t=2, rank 0, contiguous input and gradient: the backward of f changed the gradient it was given in place")
+
+
+def test_a_truncating_split_fails_scatter_gather(monkeypatch):
+    def truncating(x):
+        size = x.shape[-1] // tp.get_world_size()
+        return x[..., tp.get_rank() * size:(tp.get_rank() + 1) * size].contiguous()
+
+    monkeypatch.setattr(tp, "_split_along_last_dim", truncating)
+    fails("scatter_gather", "scatter_to_tensor_model_parallel_region of a tensor of shape [8, 2, 17]",
+          "must raise ValueError; got no exception")
+
+
+def test_row_parallel_bias_none_fails_column_row_in_the_students_terms(monkeypatch):
+    def forward(self, x):
+        if not self.input_is_parallel:
+            x = tp.scatter_to_tensor_model_parallel_region(x)
+        return tp.reduce_from_tensor_model_parallel_region(F.linear(x, self.weight)) + self.bias
+
+    monkeypatch.setattr(tp.RowParallelLinear, "forward", forward)
+    message = fails("column_row", "t=2: your code raised TypeError", "NoneType")
+    assert "grader" not in message and "distributed.py" not in message, message
+
+
+def test_the_last_id_of_a_range_fails_embedding_naming_it(monkeypatch):
+    original = tp.VocabParallelEmbedding.forward
+
+    def forward(self, ids):  # rank 0 also takes the first id of rank 1's range, as a zero row
+        return original(self, ids.masked_fill(ids == self.vocab_start, -1))
+
+    monkeypatch.setattr(tp.VocabParallelEmbedding, "forward", forward)
+    fails("embedding", "for token id 0 differs", "(the first id of that range)")
+
+
+def test_two_scalars_per_token_in_one_collective_pass_fused_loss(monkeypatch):
+    def fused(logits, target):
+        rank = tp.get_rank()
+        logits_max = logits.max(dim=-1).values
+        dist.all_reduce(logits_max, op=dist.ReduceOp.MAX)
+        shifted = logits - logits_max.unsqueeze(-1)
+        start, end = rank * logits.shape[-1], (rank + 1) * logits.shape[-1]
+        inside = (target >= start) & (target < end)
+        picked = shifted.gather(-1, (target - start).clamp(0, logits.shape[-1] - 1).unsqueeze(-1)).squeeze(-1) * inside
+        both = torch.stack([picked, shifted.exp().sum(-1)])
+        dist.all_reduce(both)  # 2 scalars per token, one collective
+        return both[1].log() - both[0]
+
+    monkeypatch.setattr(tp, "vocab_parallel_cross_entropy", fused)  # not autograd-aware: the gradient is wrong
+    with pytest.raises(Fail, match="gradient of this rank's logits"):  # the values and the traffic pass
+        grade("fused_loss")
+
+
+def test_an_unguarded_collective_fails_only_single_process(monkeypatch):
+    original = tp._reduce
+
+    def unguarded(x):
+        if not dist.is_initialized():
+            dist.all_reduce(x)  # what an unguarded call does without a process group: raise
+        return original(x)
+
+    monkeypatch.setattr(tp, "_reduce", unguarded)
+    grade("fg")
+    fails("single_process", "f and g, in one process without a process group (t = 1): your code raised",
+          'File "tensor_parallel.py"')

@@ -4,6 +4,8 @@ Each wrong variant replaces one function of the student module (monkeypatch) and
 fail the criterion it targets with a message that says what went wrong.
 """
 
+import re
+
 import pytest
 import torch
 from grading_helpers import observe_and_judge
@@ -19,7 +21,9 @@ CRITERIA = {  # check name -> observe function used
     "one_f_one_b": "one_f_one_b",
     "one_f_one_b_peak": "one_f_one_b_peak",
     "interleaved": "interleaved",
-    "interleaved_bad_m": "interleaved_bad_m",
+    "interleaved_arguments": "interleaved_arguments",
+    "one_f_one_b_arguments": "one_f_one_b_arguments",
+    "recompute_arguments": "recompute_arguments",
     "recompute_grads": "recompute_grads",
     "recompute_memory": "recompute_memory",
     "recompute_count": "recompute_count",
@@ -139,7 +143,7 @@ def test_interleaved_all_forwards_first_fails_peak(student):
         return [[a for a in row if a.kind == "F"] + [a for a in row if a.kind == "B"] for row in rows]
 
     student("interleaved_one_f_one_b", forwards_first)
-    fails("interleaved", r"holds up to .* Megatron's order holds at most")
+    fails("interleaved", r"holds up to .* the interleaved order of the docstring holds at most")
 
 
 def test_interleaved_backward_chunks_not_reversed_fails(student):
@@ -162,7 +166,7 @@ def test_bad_m_not_raising_fails(student):
         return schedules.gpipe(k, max(m, 1))
 
     student("interleaved_one_f_one_b", lenient)
-    fails("interleaved_bad_m", r"interleaved_one_f_one_b\(4, 6, 2\): M = 6 is not a multiple of K = 4, expected ValueError")
+    fails("interleaved_arguments", r"interleaved_one_f_one_b\(4, 6, 2\): M = 6 is not a multiple of K = 4, expected ValueError")
 
 
 def test_bad_m_raising_for_everything_fails(student):
@@ -170,13 +174,14 @@ def test_bad_m_raising_for_everything_fails(student):
         raise ValueError("no")
 
     student("interleaved_one_f_one_b", always)
-    fails("interleaved_bad_m", r"interleaved_one_f_one_b\(4, 8, 2\) is valid but raised ValueError")
+    fails("interleaved_arguments", r"interleaved_one_f_one_b\(4, 8, 2\) is valid but raised ValueError")
 
 
 # ---------------------------------------------------------------- 4.3
 
 
-def make_checkpoint(replay_rng=True, restore_rng=True, recompute_times=1, forward_times=1):
+def make_checkpoint(replay_rng=True, restore_rng=True, recompute_times=1, forward_times=1, modules_only=False,
+                    segment_count=None):
     """A hand-written checkpoint with one deliberate defect switched on."""
 
     class Segment(torch.autograd.Function):
@@ -207,10 +212,10 @@ def make_checkpoint(replay_rng=True, restore_rng=True, recompute_times=1, forwar
         run_layers, segment_bounds = answer("run_layers"), answer("segment_bounds")
 
         layers = list(layers)
-        segments = segments or round(len(layers) ** 0.5)
+        segments = segments or (segment_count or round)(len(layers) ** 0.5)
         for start, stop in segment_bounds(len(layers), segments):
             part = layers[start:stop]
-            params = [p for layer in part for p in layer.parameters()]
+            params = [p for layer in part if modules_only or isinstance(layer, torch.nn.Module) for p in layer.parameters()]
             x = Segment.apply(lambda h, part=part: run_layers(part, h), x, *params)
         return x
 
@@ -221,6 +226,38 @@ def test_answer_like_variant_passes(student):
     student("checkpoint_sequential", make_checkpoint())
     for name in ("recompute_grads", "recompute_memory", "recompute_count"):
         run_check(name)
+
+
+def test_layers_taken_for_modules_fail_bit_identity(student):
+    student("checkpoint_sequential", make_checkpoint(modules_only=True))
+    with pytest.raises(AttributeError, match="parameters"):  # the student's own exception, with their frames
+        run_check("recompute_grads")
+
+
+def test_int_instead_of_round_for_the_default_fails_count(student):
+    student("checkpoint_sequential", make_checkpoint(segment_count=int))
+    fails("recompute_count", r"backward recomputed segments of \[4, 3\] layers .* expected \[3, 2, 2\].*round\(sqrt\(7\)\) = 3")
+
+
+@pytest.mark.parametrize("function, args", [("one_f_one_b", (2.0, 4)), ("interleaved_one_f_one_b", (4, 8, 0))])
+def test_sizes_not_checked_fail_arguments(student, function, args):
+    """Checks M % K and sizes < 1 of K and M, but not v, and not whether the sizes are ints."""
+    from minitorch import schedules
+
+    def partly_checked(k, m, v=1):
+        if k < 1 or m < 1 or m % k and function != "one_f_one_b":
+            raise ValueError("bad sizes")
+        return schedules.gpipe(int(k), int(m))
+
+    student(function, partly_checked)
+    name = "one_f_one_b_arguments" if function == "one_f_one_b" else "interleaved_arguments"
+    fails(name, re.escape(f"{function}{args}") + ": .* expected ValueError; it returned")
+
+
+def test_checkpoint_arguments_not_checked_fail(student):
+    run_layers = answer("run_layers")
+    student("checkpoint_sequential", lambda layers, x, segments=None: run_layers(layers, x))
+    fails("recompute_arguments", r"checkpoint_sequential\(\[\], x, segments=None\): no layers, expected ValueError")
 
 
 def test_no_rng_replay_fails_bit_identity(student):
