@@ -131,3 +131,48 @@ def _kind(value) -> str:
     text = repr(value)
     return f"a {type(value).__name__} ({text[:60] + '...' if len(text) > 60 else text})"
 
+
+
+def student_tensor(value, what: str):
+    """A plain ``torch.Tensor`` view of ``value``, something the student's code returned, made
+    without running any method of it: a Tensor subclass's overrides (``detach``, ``__eq__``,
+    ``__torch_function__``) never see the grader's observation. It shares storage and autograd
+    history with ``value``. Anything but a tensor is :class:`Fail`, naming ``what``."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise Fail(f"{what}: your code returned {_kind(value)} where a tensor was expected")
+    if type(value) is torch.Tensor:
+        return value
+    with torch._C.DisableTorchFunctionSubclass():
+        return torch.Tensor.as_subclass(value, torch.Tensor)
+
+
+def _as_plain_case(case):
+    if isinstance(case, (list, tuple)):
+        return tuple(_as_plain_case(item) for item in case)
+    if isinstance(case, dict):
+        return tuple(sorted((str(key), _as_plain_case(dict.__getitem__(case, key))) for key in dict.keys(case)))
+    return str(case) if isinstance(case, str) else case
+
+
+def expect_cases(entries, asked: list, what: str, key: str = "case") -> list:
+    """``entries``, one per case, after checking that they are exactly the cases the parent
+    asked for, in order: entry ``i`` is a mapping whose ``key`` equals ``asked[i]`` (lists and
+    tuples compare alike). A judge calls this before it judges any value, so an observation
+    that leaves out, adds, reorders or relabels cases is :class:`Malformed`, never judged on
+    the cases it chose to send."""
+    if not isinstance(entries, list):
+        raise Malformed(f"{what}: the grader could not read what your code produced: "
+                        f"{_where(getattr(entries, 'path', 'observation'))} is {_kind(entries)}, not a list of cases")
+    if len(entries) != len(asked):
+        raise Malformed(f"{what}: the grader asked for {len(asked)} cases and got {len(entries)} back "
+                        f"({_where(getattr(entries, 'path', 'observation'))})")
+    for index, (entry, case) in enumerate(zip(entries, asked)):
+        if not isinstance(entry, dict) or key not in dict.keys(entry):
+            raise Malformed(f"{what}: case {index} came back without its {key!r} "
+                            f"({_where(getattr(entries, 'path', 'observation'))})")
+        if _as_plain_case(dict.__getitem__(entry, key)) != _as_plain_case(case):
+            raise Malformed(f"{what}: case {index} came back as {dict.__getitem__(entry, key)!r}, "
+                            f"but the grader asked for {case!r}")
+    return entries
