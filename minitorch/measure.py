@@ -8,7 +8,7 @@ asks the written questions beside those figures (Q1-Q9)::
                                    and stages that compute, beside 2M/(M+1) and the bubble  (Q1, Q3)
     balance           Problem 2.4  your balanced split against the even split, simulated      (Q2)
     activations       Problems 4.1, 4.2  peak activations per device of GPipe, your 1F1B and
-                                   your interleaved schedule: formula, simulator, executor      (Q4)
+                                   your interleaved schedule: simulated and executed            (Q4)
     recomputation     Problem 4.3  your checkpoint_sequential: stored activations, time and
                                    recomputed forwards against the number of segments        (Q5)
     tp_bytes          Problem 3    bytes your tensor-parallel layer moves per rank (gloo,
@@ -331,16 +331,12 @@ def run_activations(settings: Settings) -> dict:
         (f"interleaved v = {num_chunks} (yours)", lambda: student("pipeline", "interleaved_one_f_one_b", "4.2")(
             num_stages, num_microbatches, num_chunks)),
     ]
-    formulas = {
-        "GPipe": [num_microbatches] * num_stages,
-        "1F1B (yours)": [min(num_stages - d, num_microbatches) for d in range(num_stages)],
-    }
     width, rows = 16, 4 * num_microbatches
     torch.manual_seed(0)
     inputs, targets = torch.randn(rows, width), torch.randn(rows, width)
     entries = []
     for name, make in candidates:
-        entry: dict[str, Any] = {"schedule": name, "formula": formulas.get(name)}
+        entry: dict[str, Any] = {"schedule": name}
         try:
             schedule = make()
             entry["predicted"] = schedules.simulate(schedule).peak_in_flight
@@ -357,7 +353,8 @@ def run_activations(settings: Settings) -> dict:
             except ValueError as error:
                 entry["measured_note"] = f"not run by the executor: {one_line(error)}"
         entries.append(entry)
-    return {"num_stages": num_stages, "num_microbatches": num_microbatches, "num_chunks": num_chunks,
+    notes = [f"{entry['schedule']}: {entry['note']}" for entry in entries if "note" in entry]
+    return {"num_stages": num_stages, "num_microbatches": num_microbatches, "num_chunks": num_chunks, "notes": notes,
             "unit": "microbatches whose activations a device holds (a chunk of a v-chunk device counts 1/v)",
             "schedules": entries}
 
@@ -367,22 +364,20 @@ def plot_activations(data: dict, plt) -> Any:
     figure, axes = plt.subplots(1, len(entries), figsize=(4.2 * len(entries), 4.2), sharey=True, squeeze=False)
     devices = list(range(data["num_stages"]))
     for axis, entry in zip(axes[0], entries):
-        series = [("formula", entry.get("formula")), ("simulator (predicted)", entry.get("predicted")),
-                  ("executor (measured)", entry.get("measured"))]
+        series = [("simulator (predicted)", entry.get("predicted")), ("executor (measured)", entry.get("measured"))]
         drawn = [(label, values) for label, values in series if values]
         for index, (label, values) in enumerate(drawn):
-            offset = (index - (len(drawn) - 1) / 2) * 0.27
-            axis.bar([d + offset for d in devices], values, width=0.27, label=label)
+            offset = (index - (len(drawn) - 1) / 2) * 0.36
+            axis.bar([d + offset for d in devices], values, width=0.36, label=label)
         notes = [entry[key] for key in ("note", "measured_note") if key in entry]
-        if notes:
-            axis.text(0.02, 0.98, "\n".join(wrap(note, 45) for note in notes), transform=axis.transAxes,
-                      va="top", fontsize=7)
+        axis.set_xlabel("\n".join(["device", *(wrap(note, 60) for note in notes)]), fontsize=8 if notes else None)
         axis.set(title=f"{entry['schedule']}, K = {data['num_stages']}, M = {data['num_microbatches']}",
-                 xlabel="device", xticks=devices)
+                 xticks=devices)
         axis.grid(alpha=0.3, axis="y")
         if drawn:
             axis.legend(fontsize=8, loc="upper right")
     axes[0][0].set_ylabel("peak in-flight microbatches (activations held)")
+    axes[0][0].set_ylim(0, 1.4 * data["num_microbatches"])  # room for the legends above the bars
     return figure
 
 
@@ -548,7 +543,7 @@ def plot_tp_bytes(data: dict, plt) -> Any:
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.3))
     labels, recorded, formula = [], [], []
     for variant in data["variants"]:
-        name = "TP + sequence parallel" if variant["sequence_parallel"] else "TP"
+        name = "TP + SP" if variant["sequence_parallel"] else "TP"
         for phase in ("forward", "backward"):
             labels.append(f"{name}\n{phase}")
             recorded.append(variant["recorded_bytes"][phase] / 1e3)
@@ -557,7 +552,9 @@ def plot_tp_bytes(data: dict, plt) -> Any:
     left.bar([p - 0.2 for p in positions], recorded, width=0.4, label="recorded (your layer, gloo)")
     left.bar([p + 0.2 for p in positions], formula, width=0.4, label="formula (tp_comm.layer_comm)")
     left.set_xticks(list(positions), labels, fontsize=8)
-    left.set(title=f"Bytes one rank sends per layer, t = {data['t']}, s={data['s']} b={data['b']} h={data['h']} float32",
+    left.set_ylim(0, 1.3 * max(recorded + formula + [1e-3]))  # room for the legend
+    left.set(title=f"Bytes one rank sends per layer (SP: sequence parallel)\nt = {data['t']}, s = {data['s']}, "
+                   f"b = {data['b']}, h = {data['h']}, float32",
              ylabel="kB per rank (ring all-reduce / all-gather / reduce-scatter)")
     names = ["TP + sequence parallel" if v["sequence_parallel"] else "TP" for v in data["variants"]]
     saved = [statistics.mean(v["saved_activation_bytes_per_rank"]) / 1e3 for v in data["variants"]]
@@ -729,6 +726,8 @@ def run_one(measurement: Measurement, settings: Settings, out: Path) -> dict:
     figure = write_figure(measurement, data, out)
     seconds = time.perf_counter() - start
     print(f"done in {seconds:.1f} s: {figure}, {numbers}", flush=True)
+    for note in data.get("notes", []):  # parts of it that could not run
+        print(f"    {note}", flush=True)
     return {"name": measurement.name, "status": "done", "seconds": seconds, "files": [str(figure), str(numbers)]}
 
 
