@@ -15,7 +15,7 @@ from grader.layout import PACKAGE, REPOSITORY, STUDENT_FILES
 
 STUDENT_MODULES = {f"{PACKAGE}.{name[:-3]}" for name in STUDENT_FILES}
 # Provided modules whose job is to run the student's code from the command line.
-ENTRY_POINTS = {"minitorch.demos", "minitorch.timeline", "minitorch.companion"}
+ENTRY_POINTS = {"minitorch.demos", "minitorch.timeline", "minitorch.companion", "minitorch.measure"}
 
 
 def module_name(path: Path) -> str:
