@@ -26,6 +26,7 @@ differ from run to run (close other programs first).
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -66,7 +67,7 @@ class Measurement:
     title: str           # what the progress line says
     problems: str        # whose code it runs: "Problem 2.2"
     run: Callable[[Settings], dict]
-    plot: Callable[[dict, Any], None]   # (data, matplotlib.pyplot) -> the figure of the data
+    plot: Callable[[dict, Any], Any]    # (data, matplotlib.pyplot) -> the figure of the data
 
     def describe(self) -> str:
         return f"{self.title} ({self.problems})"
@@ -187,7 +188,7 @@ def run_pipe_speedup(settings: Settings) -> dict:
     rows, width = (64, 64) if settings.quick else (1024, 512)
     stage_seconds = 0.01 if settings.quick else 0.08
     torch.manual_seed(0)
-    kinds = {
+    kinds: dict[str, list[nn.Module]] = {
         "sleep": [SleepStage(stage_seconds / rows) for _ in range(2)],
         "compute": two_stages(width, 4),
     }
@@ -196,7 +197,7 @@ def run_pipe_speedup(settings: Settings) -> dict:
     with single_threaded(), torch.no_grad():
         for kind, stages in kinds.items():
             for num_microbatches in counts:
-                outputs = {}
+                outputs: dict[str, torch.Tensor] = {}
                 with pipe_class(stages, ["cpu", "cpu"], split_size=-(-rows // num_microbatches)) as pipe:
                     def check():
                         torch.testing.assert_close(outputs["pipe"], outputs["sequential"])
@@ -223,7 +224,7 @@ def plot_pipe_speedup(data: dict, plt) -> Any:
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.3))
     results = data["results"]
     counts = sorted({row["M"] for row in results})
-    left.plot(counts, [2 * m / (m + 1) for m in counts], "k--", label="2M/(M+1) (no bubble cost beyond (K-1)/(M+K-1))")
+    left.plot(counts, [2 * m / (m + 1) for m in counts], "k--", label="2M/(M+1): K = 2 stages, only the fill-and-drain bubble")
     right.plot(counts, [1 / (m + 1) for m in counts], "k--", label="formula (K-1)/(M+K-1), K = 2")
     for kind, marker in (("sleep", "o-"), ("compute", "s-")):
         rows = [row for row in results if row["stages"] == kind]
@@ -286,9 +287,9 @@ def run_balance(settings: Settings) -> dict:
             rows.append({"M": num_microbatches, "makespan": makespan,
                          "bubble": 1 - num_microbatches * sum(per_stage) / (num_stages * makespan)})
         splits[name] = {"sizes": sizes, "stage_costs": per_stage, "slowest": max(per_stage), "by_M": rows}
+    counts = [row["M"] for row in rows]
     return {"costs": costs, "num_stages": num_stages, "output_layer_cost": output_layer, "splits": splits,
-            "uniform_bubble": [{"M": r["M"], "bubble": (num_stages - 1) / (r["M"] + num_stages - 1)}
-                               for r in splits["even"]["by_M"]]}
+            "uniform_bubble": [{"M": m, "bubble": (num_stages - 1) / (m + num_stages - 1)} for m in counts]}
 
 
 def plot_balance(data: dict, plt) -> Any:
@@ -425,7 +426,7 @@ def run_recomputation(settings: Settings) -> dict:
         for segments in candidates:
             saved = step(segments)
             forwards = [layer.calls for layer in layers]
-            seconds = median_seconds(lambda s=segments: step(s), repeats)
+            seconds = median_seconds(functools.partial(step, segments), repeats)
             results.append({"segments": segments, "peak_saved_bytes": saved.peak,
                             "peak_in_activations": saved.peak / activation_bytes,
                             "predicted_in_activations": segments + math.ceil(num_layers / segments),
