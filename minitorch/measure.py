@@ -698,33 +698,45 @@ def why_skipped(error: BaseException) -> str:
     return f"failed: {type(error).__name__}: {one_line(error)}{where}"
 
 
-def write_figure(measurement: Measurement, data: dict, out: Path) -> Path:
+def write_figure(measurement: Measurement, data: dict, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    figure = measurement.plot(data, plt)
-    figure.tight_layout()
-    path = out / f"{measurement.name}.png"
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    try:
+        figure = measurement.plot(data, plt)
+        figure.tight_layout()
+        figure.savefig(out / f"{measurement.name}.png", dpi=110)
+    finally:
+        plt.close("all")
+
+
+def plain(value: Any) -> Any:
+    """What json cannot write (a tensor or numpy number from the student's code) as a number, else text."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return str(value)
 
 
 def run_one(measurement: Measurement, settings: Settings, out: Path) -> dict:
+    """Run one measurement and write its numbers and figure; say in one line how it went."""
     start = time.perf_counter()
     print(f"{measurement.describe()} ...", end=" ", flush=True)
+    numbers, figure = out / f"{measurement.name}.json", out / f"{measurement.name}.png"
+    for old in (numbers, figure):  # never leave an older run's figure beside this run's status
+        old.unlink(missing_ok=True)
     try:
-        data = measurement.run(settings)
-    except (Exception, NotImplementedError) as error:  # the student's code: reported, never a traceback
+        data = {"measurement": measurement.describe(), "quick": settings.quick, **measurement.run(settings)}
+        numbers.write_text(json.dumps(data, indent=1, default=plain) + "\n")
+        write_figure(measurement, data, out)
+    except Exception as error:  # the student's code, or numbers it gave that cannot be drawn: one line
+        for partial in (numbers, figure):
+            partial.unlink(missing_ok=True)
         line = why_skipped(error)
         print(line, flush=True)
         return {"name": measurement.name, "status": line.split(":")[0], "line": line}
-    data = {"measurement": measurement.describe(), "quick": settings.quick, **data}
-    numbers = out / f"{measurement.name}.json"
-    numbers.write_text(json.dumps(data, indent=1) + "\n")
-    figure = write_figure(measurement, data, out)
     seconds = time.perf_counter() - start
     print(f"done in {seconds:.1f} s: {figure}, {numbers}", flush=True)
     for note in data.get("notes", []):  # parts of it that could not run
