@@ -270,9 +270,10 @@ def simulated_forward(stage_times: Sequence[float], num_microbatches: int) -> fl
 
 def run_balance(settings: Settings) -> dict:
     balance_stages = student("pipeline", "balance_stages", "2.4")
-    num_layers, num_stages, output_layer = 32, 4, 3.3  # the lecture's output layer: about 3.3 layers
-    costs = [1.0] * num_layers
-    costs[-1] += output_layer
+    # The write-up's case (Q2): 15 layers of cost 1 and the output layer, about 3.3 layers (lecture).
+    num_stages, output_layer = 4, 3.3
+    costs = [1.0] * 15 + [output_layer]
+    num_layers = len(costs)
     even = [num_layers // num_stages] * num_stages
     balanced = [int(size) for size in balance_stages(list(costs), num_stages)]
     if sum(balanced) != num_layers or len(balanced) != num_stages or min(balanced) < 1:
@@ -300,7 +301,7 @@ def plot_balance(data: dict, plt) -> Any:
         bars = left.bar([p + offset for p in positions], split["stage_costs"], width=0.4,
                         label=f"{name} split {split['sizes']}: slowest {split['slowest']:g}")
         left.bar_label(bars, labels=[str(size) for size in split["sizes"]], fontsize=7, padding=1)
-    left.set(title=f"{len(data['costs'])} layers, the last + output layer ({data['output_layer_cost']:g} layers)",
+    left.set(title=f"{len(data['costs']) - 1} layers of cost 1 and an output layer of {data['output_layer_cost']:g}",
              xlabel="stage (bar label: layers in it)", ylabel="stage time per microbatch (layer units)")
     left.set_xticks(list(positions))
     for name, split in data["splits"].items():
@@ -311,6 +312,7 @@ def plot_balance(data: dict, plt) -> Any:
     right.set(title=f"Bubble of the forward, K = {num_stages}", xlabel="microbatches M",
               ylabel="idle share of total stage time")
     right.set_xscale("log", base=2)
+    right.set_xticks([r["M"] for r in rows], [str(r["M"]) for r in rows])
     for axis in (left, right):
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
