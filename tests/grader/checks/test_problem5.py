@@ -237,7 +237,7 @@ def test_powers_of_two_only_loses_best_plan(student):
 def test_ignoring_memory_loses_best_plan(student):
     student("best_plan", lambda model, cluster, batch, microbatch=1: min(
         plans_of(model, cluster, batch, microbatch), key=lambda e: e.step_s, default=None))
-    loses_only({"best_plan"}, r"\(does not fit\); the fastest valid plan that fits is")
+    loses_only({"best_plan"}, r"GB: does not fit\); the fastest valid plan that fits is")
 
 
 def test_raising_when_nothing_fits_fails_with_the_call(student):
