@@ -150,7 +150,7 @@ def test_each_kind_of_communication_exists_exactly_when_its_dimension_does(plan)
 
 
 @pytest.mark.problem_5_2
-@pytest.mark.criterion("5.2-best-plan")
+@pytest.mark.criterion("5.2-best-plan", "5.1-communication")
 def test_best_plan_for_the_1t_model_keeps_t_in_the_node():
     best = best_plan(MEGATRON_1T, ONE_T, batch=3072)
     assert best is not None and best.fits
