@@ -271,17 +271,22 @@ def _plain_estimate(value, call: str) -> dict:
     return plain
 
 
+def _key(index: int, case: dict) -> list:
+    """What names a case in an observation: the parent regenerates the rest from the seed."""
+    return [index, case["batch"], case.get("t"), case.get("p"), case["microbatch"]]
+
+
 def _observe_estimates(seed: int) -> dict:
     student = _student()
     entries = []
-    for case in plan_cases(seed):
+    for index, case in enumerate(plan_cases(seed)):
         model, cluster = _objects(case)
         call = describe(case)
         try:
             result = student.estimate(model, cluster, case["batch"], case["t"], case["p"], case["microbatch"])
         except ValueError as error:
             raise Fail(f"{call} raised ValueError ({error}), but the plan is valid") from None
-        entries.append({"case": case, "estimate": _plain_estimate(result, call)})
+        entries.append({"case": _key(index, case), "estimate": _plain_estimate(result, call)})
     return {"plans": entries}
 
 
@@ -318,12 +323,12 @@ def observe_best_plan(seed: int, params: dict) -> dict:
     submitted = student.estimate
     student.estimate = _grader_estimate
     try:
-        for case in search_cases(seed):
+        for index, case in enumerate(search_cases(seed)):
             model, cluster = _objects(case)
             call = describe(case, "best_plan")
             result = student.best_plan(model, cluster, case["batch"], case["microbatch"])
             chosen = None if result is None else _plain_estimate(result, call)
-            entries.append({"case": case, "plan": None if chosen is None else [chosen["t"], chosen["p"]]})
+            entries.append({"case": _key(index, case), "plan": None if chosen is None else [chosen["t"], chosen["p"]]})
     finally:
         student.estimate = submitted
     return {"searches": entries}
@@ -394,7 +399,7 @@ def _counts(got: dict) -> tuple[int, int] | None:
 
 def _judge_fields(params: dict, observation, fields: tuple, seed: int, own_counts: bool, what: str) -> None:
     cases = plan_cases(seed)
-    entries = expect_cases(observation["plans"], cases, what)
+    entries = expect_cases(observation["plans"], [_key(i, case) for i, case in enumerate(cases)], what)
     for case, entry in zip(cases, entries):
         got = entry["estimate"]
         counts = _counts(got) if own_counts else None
@@ -413,7 +418,8 @@ def judge_memory(seed: int, params: dict, observation) -> None:
 
 def judge_compute_bubble(seed: int, params: dict, observation) -> None:
     cases = plan_cases(seed)
-    for case, entry in zip(cases, expect_cases(observation["plans"], cases, "estimate's compute and bubble")):
+    keys = [_key(i, case) for i, case in enumerate(cases)]
+    for case, entry in zip(cases, expect_cases(observation["plans"], keys, "estimate's compute and bubble")):
         want = reference(case["model"], case["cluster"], case["batch"], case["t"], case["p"], case["microbatch"])
         for field in INTEGER_FIELDS:
             if entry["estimate"][field] != want[field]:
@@ -427,7 +433,8 @@ def judge_communication(seed: int, params: dict, observation) -> None:
 
 def judge_best_plan(seed: int, params: dict, observation) -> None:
     cases = search_cases(seed)
-    for case, entry in zip(cases, expect_cases(observation["searches"], cases, "best_plan")):
+    keys = [_key(i, case) for i, case in enumerate(cases)]
+    for case, entry in zip(cases, expect_cases(observation["searches"], keys, "best_plan")):
         plans = reference_plans(**_unpacked(case))
         best = acceptable_best(plans)
         chosen = entry["plan"]
