@@ -298,3 +298,59 @@ def test_reference_agrees_with_the_lecture():
     p64 = checks.reference(model, cluster, 3072, 8, 64, 1)
     assert p64["state_bytes"] / 1e9 == pytest.approx(31, abs=1.0)
     assert p64["flops_per_gpu"] / checks._step(p64) / 1e12 == pytest.approx(197, abs=2)
+
+
+# ---------------------------------------------------------------- correct, written another way
+
+
+def other_estimate(model, cluster, batch, t, p, microbatch=1):
+    """Right, in another shape: floats for the counts, per-token and per-layer terms, no helpers."""
+    for value in (batch, t, p, microbatch):
+        if type(value) is not int or value < 1:
+            raise ValueError(f"not an int >= 1: {value!r}")
+    if cluster.gpus % (t * p) or model.layers % p or model.heads % t or batch % (cluster.gpus // (t * p) * microbatch):
+        raise ValueError("not a valid plan")
+    d = cluster.gpus / (t * p)
+    m = batch / d / microbatch
+    tokens = batch * model.seq_len
+    per_token = 96 * model.layers * model.hidden**2 + 16 * model.layers * model.seq_len * model.hidden \
+        + 6 * model.hidden * model.vocab
+    flops_per_gpu = per_token * tokens / cluster.gpus
+    compute = flops_per_gpu / cluster.peak_flops / cluster.efficiency
+    size = 2.0 * microbatch * model.seq_len * model.hidden
+    link = cluster.ib_bytes_per_s if t > cluster.gpus_per_node else cluster.nvlink_bytes_per_s
+    per_layer = 6 * (2 - 2 / t) * size / link
+    local = model.parameters / t / p
+    return cost_model.Estimate(
+        t=t, p=p, d=d, microbatches=m, compute_s=compute, bubble_s=(p - 1) * compute / m,
+        tensor_parallel_s=per_layer * model.layers / p * m,
+        pipeline_s=0 if p == 1 else 2 * m * size / t / cluster.ib_bytes_per_s,
+        data_parallel_s=(2 - 2 / d) * 2 * local / cluster.ib_bytes_per_s,
+        state_bytes=local * 16,
+        activation_bytes=size * model.layers / p * min(p, m)
+        + microbatch * model.seq_len * model.hidden * (10 + (24 + 5 * model.heads * model.seq_len / model.hidden) / t),
+        flops_per_gpu=flops_per_gpu, memory_limit=cluster.memory_bytes)
+
+
+def brute_force_best_plan(model, cluster, batch, microbatch=1):
+    """Right, in another shape: every t and p tried, invalid ones skipped by their ValueError, sorted."""
+    from minitorch import pipeline
+
+    for value in (batch, microbatch):
+        if type(value) is not int or value < 1:
+            raise ValueError(f"not an int >= 1: {value!r}")
+    found = []
+    for t in range(1, cluster.gpus + 1):
+        for p in range(1, model.layers + 1):
+            try:
+                found.append(pipeline.estimate(model, cluster, batch, t, p, microbatch))
+            except ValueError:
+                pass
+    fitting = sorted((e for e in found if e.fits), key=lambda e: (e.step_s, -e.t))
+    return fitting[0] if fitting else None
+
+
+def test_correct_code_written_another_way_keeps_every_point(student):
+    student("estimate", other_estimate)
+    student("best_plan", brute_force_best_plan)
+    assert verdicts() == {name: None for name in CRITERIA}
