@@ -408,6 +408,9 @@ def _judge_fields(params: dict, observation, fields: tuple, seed: int, own_count
             scale = want["memory_limit"] if field.endswith("bytes") or field == "memory_limit" else _step(want)
             if not _close(got[field], want[field], scale):
                 given = f" (with your d = {counts[0]}, m = {counts[1]})" if counts else ""
+                if field == "tensor_parallel_s":
+                    node = case["cluster"]["gpus_per_node"]
+                    given += f"; t = {case['t']} {'spans nodes' if case['t'] > node else 'fits in a node'} of {node} GPUs"
                 raise Fail(f"{describe(case)}: {field} = {got[field]!r}, the cost model gives {want[field]:.6g}{given}; "
                            f"each term must be within relative {RELATIVE:g}")
 
