@@ -578,20 +578,13 @@ def plan_cases() -> list[dict]:
     with every t inside a node (Q8, Q9), as ``python -m minitorch.cost_model`` prints them."""
     from minitorch import cost_model
 
-    # Problem 5 adds the anchor and its H800 cluster to cost_model; the same numbers stand in before.
-    anchor = getattr(cost_model, "ANCHOR", None) or cost_model.Model(
-        "lecture anchor", layers=64, hidden=5120, heads=40, seq_len=4096, vocab=248320)
-
-    def anchor_cluster(gpus: int):
-        if hasattr(cost_model, "anchor_cluster"):
-            return cost_model.anchor_cluster(gpus)
-        return cost_model.Cluster(gpus=gpus, peak_flops=989e12, nvlink_bytes_per_s=160e9, ib_bytes_per_s=50e9)
+    anchor = cost_model.ANCHOR
 
     layer_splits = [p for p in range(1, anchor.layers + 1) if anchor.layers % p == 0]
     return [
         {"question": "Q7", "model": cost_model.MEGATRON_1T, "cluster": cost_model.Cluster(gpus=3072), "batch": 3072,
          "plans": [(t, p) for t in (4, 8, 16) for p in (16, 32, 64, 128)]},
-        *({"question": "Q8, Q9", "model": anchor, "cluster": anchor_cluster(gpus), "batch": 64,
+        *({"question": "Q8, Q9", "model": anchor, "cluster": cost_model.anchor_cluster(gpus), "batch": 64,
            "plans": [(t, p) for t in (1, 2, 4, 8) for p in layer_splits]} for gpus in (8, 64)),
     ]
 
