@@ -1,4 +1,4 @@
-"""Grading a class on Slurm (``python -m grader slurm``): plans and scripts, a task that dies,
+"""Grading a class on Slurm (``python -m course slurm``): plans and scripts, a task that dies,
 node-wide uid slot leases, and a real single-node Slurm (tests/slurm_cluster.py) grading a
 small class through sbatch into the same CSV as ``batch``."""
 import csv
@@ -14,7 +14,7 @@ import pytest
 from grading_helpers import answer_key_source, stub_files, write_submission
 from slurm_cluster import LocalSlurm, missing_binaries
 
-from grader import cli, cluster, gradebook
+from course import cli, cluster, gradebook
 from grader.layout import REPOSITORY as REPO
 
 # Writes a report as the grader would: full marks for everyone but "zero".
@@ -64,12 +64,12 @@ def test_write_makes_plans_and_scripts(tmp_path):
     script = (folder / "cpu" / "grade.sbatch").read_text()
     for line in ("#SBATCH --array=0-1", "#SBATCH --partition=short", "#SBATCH --account=cs101", "#SBATCH --cpus-per-task=2",
                  "#SBATCH --time=12", f"#SBATCH --output={folder}/logs/cpu-%A_%a.out",
-                 f"exec {sys.executable} -m grader slurm task {folder}/cpu/plan.json"):
+                 f"exec {sys.executable} -m course slurm task {folder}/cpu/plan.json"):
         assert line in script.splitlines(), line
     gpu_script = (folder / "gpu" / "grade.sbatch").read_text()
     assert "#SBATCH --gres=gpu:2" in gpu_script and "#SBATCH --partition=gpu" in gpu_script and "nvidia-smi" in gpu_script
     merge = (folder / "merge.sbatch").read_text()
-    assert f"-m grader slurm merge --csv {csv_path.resolve()}" in merge
+    assert f"-m course slurm merge --csv {csv_path.resolve()}" in merge
     for path in (folder / "cpu" / "grade.sbatch", folder / "gpu" / "grade.sbatch", folder / "merge.sbatch"):
         subprocess.run(["bash", "-n", str(path)], check=True)
 
@@ -83,7 +83,7 @@ def test_bad_slurm_usage_is_refused(tmp_path, capsys):
         ([*write, "--only", "9.9"], "--only 9.9: no criterion or problem of that name"),
         ([*write, "--canvas", "c.csv"], "--assignment"),
         (["slurm", "write", str(tmp_path / "nothing"), "--csv", str(tmp_path / "g.csv")], "expected a folder of submissions"),
-        (["slurm", "merge", "--csv", str(tmp_path / "g.csv")], "run `python -m grader slurm write"),
+        (["slurm", "merge", "--csv", str(tmp_path / "g.csv")], "run `python -m course slurm write"),
         (["slurm", "task", str(tmp_path / "plan.json")], "give --task N"),
     ):
         assert cli.main(argv) == 2, argv
@@ -136,7 +136,7 @@ def slurm(tmp_path_factory):
 
 
 def grade(*argv: str, env=None, timeout: float = 240) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "grader", *argv], cwd=REPO, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "course", *argv], cwd=REPO, capture_output=True, text=True,
                             env=env, timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr
     return result

@@ -1,7 +1,7 @@
 """The class dashboard: one self-contained HTML file from a batch's reports folder.
 
-    python -m grader dashboard REPORTS --html class.html [--title TEXT]
-    python -m grader batch FOLDER --csv grades.csv --html class.html   (the same, after grading)
+    python -m course dashboard REPORTS --html class.html [--title TEXT]
+    python -m course batch FOLDER --csv grades.csv --html class.html   (the same, after grading)
 
 REPORTS is the ``<csv stem>-reports/`` folder that ``batch`` writes: one ``<student>.json``
 report and ``<student>.log`` per student, and the similarity pass's pairs
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import jinja2
 
-from grader import similarity
-from grader.batch import _problem_key
+from course import similarity
+from course.outcomes import problem_key
 from grader.layout import DEFAULT_RUBRIC, STUDENT_FILES
 from grader.protocol import read_json_report
 
@@ -214,7 +214,7 @@ def problem_rows(students: list[Student], criteria: list[dict], titles: dict[str
         for problem, value in per_problem.items():
             earned.setdefault(problem, []).append(value)
     rows = []
-    for problem in sorted({row["problem"] for row in criteria}, key=_problem_key):
+    for problem in sorted({row["problem"] for row in criteria}, key=problem_key):
         own = [row for row in criteria if row["problem"] == problem]
         points = sum(row["points"] for row in own if row["graded"])
         mean = statistics.fmean(earned[problem]) if problem in earned else None
@@ -321,17 +321,17 @@ def write(reports: Path, html: Path, title: str = "Class dashboard") -> dict:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``dashboard`` command's arguments."""
-    parser.add_argument("reports", type=Path, help="the <csv stem>-reports/ folder that `python -m grader batch` wrote")
+    parser.add_argument("reports", type=Path, help="the <csv stem>-reports/ folder that `python -m course batch` wrote")
     parser.add_argument("--html", type=Path, required=True, help="the HTML file to write")
     parser.add_argument("--title", default="Class dashboard", help="the page's title")
 
 
 def run(args: argparse.Namespace) -> int:
-    """``python -m grader dashboard``."""
+    """``python -m course dashboard``."""
     try:
         context = write(args.reports, args.html, args.title)
     except DashboardError as error:
-        print(f"python -m grader dashboard: error: {error}", file=sys.stderr)
+        print(f"python -m course dashboard: error: {error}", file=sys.stderr)
         return 2
     print(f"{len(context['students'])} students, {len(context['look_at'])} to look at, "
           f"{len(context['pairs'])} similar pairs -> {args.html}")

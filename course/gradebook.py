@@ -3,8 +3,8 @@
 ``batch`` (after grading) and ``slurm merge`` (after the array tasks) both end in
 :func:`finish`, so both write the same files from the same students:
 
-- ``<csv>``: one row per student, every flag (grader.batch ``default_rows``);
-- ``--canvas FILE``: Canvas's gradebook import (grader.canvas); a student the roster does
+- ``<csv>``: one row per student, every flag (course.batch ``default_rows``);
+- ``--canvas FILE``: Canvas's gradebook import (course.canvas); a student the roster does
   not know, or knows twice, is flagged and gets an EMPTY score there ("no change");
 - ``<csv stem>-changelog.csv``: what each regrade changed (appended, one run once);
 - GPU results (``<csv stem>-reports/gpu/<student>.json`` unless ``--gpu-reports`` says
@@ -23,9 +23,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grader import canvas, regrade
-from grader.batch import StudentGrade, _apply_report, default_rows, escape_cell, write_csv
-from grader.discovery import Student, safe_file_name
+from course import canvas, regrade
+from course.discovery import Student, safe_file_name
+from course.outcomes import StudentGrade, apply_report, default_rows, escape_cell, write_csv
 from grader.protocol import read_json_report, write_atomic
 
 CHANGELOG_COLUMNS = ("when", "run", "student", "criterion", "old_points", "new_points", "old_status", "new_status")
@@ -134,7 +134,7 @@ def _refresh(outcome: StudentGrade, report: dict) -> None:
     """Scores and report flags of ``outcome`` from its (changed) report."""
     outcome.flags = [f for f in outcome.flags if not f.startswith(REPORT_FLAGS)]
     outcome.problems = {}
-    _apply_report(outcome, report)
+    apply_report(outcome, report)
     outcome.flags = list(dict.fromkeys(outcome.flags))
 
 

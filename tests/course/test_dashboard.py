@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from grading_helpers import REPO, answer_key_source, stub_files
 
-from grader import batch, dashboard, similarity
+from course import batch, dashboard, similarity
 
 pytestmark = pytest.mark.timeout(300)  # the module's grading happens in the first test's setup
 ARTIFACTS = REPO / "build" / "test-artifacts"
@@ -320,7 +320,7 @@ def test_screenshot_of_the_dashboard(graded):
 def test_dashboard_command_rebuilds_the_page_from_the_reports(graded, tmp_path):
     page = tmp_path / "again.html"
     result = subprocess.run(
-        [sys.executable, "-m", "grader", "dashboard", str(graded["reports"]), "--html", str(page), "--title", "HW <5>"],
+        [sys.executable, "-m", "course", "dashboard", str(graded["reports"]), "--html", str(page), "--title", "HW <5>"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
@@ -332,7 +332,7 @@ def test_dashboard_command_rebuilds_the_page_from_the_reports(graded, tmp_path):
 @pytest.mark.slow  # grades the small class once (module fixture)
 def test_dashboard_command_names_bad_input(tmp_path, graded):
     run = lambda *args: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "grader", "dashboard", *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=60)
+        [sys.executable, "-m", "course", "dashboard", *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=60)
     missing = run(tmp_path / "nowhere", "--html", tmp_path / "x.html")
     assert missing.returncode == 2 and "nowhere is not a folder" in missing.stderr
     (tmp_path / "empty").mkdir()

@@ -2,7 +2,7 @@
 
 A student is a subfolder, a ``.zip``, ``.tar.gz`` or ``.tgz`` (named after the folder or the
 archive's stem), or the files of one Canvas id in a Canvas "Download Submissions" layout
-(the zip itself, or the folder it was unpacked into; see grader.canvas). Canvas students are
+(the zip itself, or the folder it was unpacked into; see course.canvas). Canvas students are
 unpacked into ``unpack_to/<name>/``: their loose files under their original names, so the
 grader reads them like any folder, or the archive they uploaded. ``__MACOSX`` and hidden
 entries are skipped, and so is any other file; :func:`discover` says what it skipped.
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
-from grader import canvas
+from course import canvas
 from grader.submission import MAX_ARCHIVE_BYTES, STUDENT_FILES, SubmissionNotFound, load_submission
 
 ARCHIVES = (".zip", ".tar.gz", ".tgz")

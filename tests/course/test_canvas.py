@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from grading_helpers import answer_key_source, stub_files
 
-from grader import batch, canvas, discovery, gradebook
-from grader.batch import StudentGrade
+from course import canvas, discovery, gradebook, outcomes
+from course.outcomes import StudentGrade
 from grader.layout import REPOSITORY as REPO
 
 ROSTER = (
@@ -164,7 +164,7 @@ def test_a_canvas_download_grades_into_a_canvas_import(tmp_path):
     (tmp_path / "export.csv").write_text(ROSTER)
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "grader", "batch", str(tmp_path / "submissions.zip"), "--csv", str(tmp_path / "grades.csv"),
+        [sys.executable, "-m", "course", "batch", str(tmp_path / "submissions.zip"), "--csv", str(tmp_path / "grades.csv"),
          "--only", "2.1", "--jobs", "2", "--canvas", str(tmp_path / "canvas.csv"),
          "--assignment", "HW5 Model Parallelism (77)", "--roster", str(tmp_path / "export.csv"), "--no-similarity"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
@@ -195,7 +195,7 @@ def test_canvas_usage_errors_come_before_grading(tmp_path):
         (["--assignment", "HW5 (77)", "--roster", str(tmp_path / "none.csv")], "cannot read"),
     ):
         result = subprocess.run(
-            [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "g.csv"),
+            [sys.executable, "-m", "course", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "g.csv"),
              "--canvas", str(tmp_path / "c.csv"), *extra],
             cwd=REPO, capture_output=True, text=True, timeout=60,
         )
@@ -205,7 +205,7 @@ def test_canvas_usage_errors_come_before_grading(tmp_path):
 
 def test_escape_still_applies_to_canvas_cells(tmp_path):
     rows = canvas.import_rows("HW (1)", [(["=cmd", "1", "", "", ""], 3.0)])
-    batch.write_csv(tmp_path / "c.csv", rows)
+    outcomes.write_csv(tmp_path / "c.csv", rows)
     assert read_csv(tmp_path / "c.csv")[0]["Student"] == "'=cmd"
 
 

@@ -12,8 +12,8 @@ import zipfile
 
 import pytest
 
-from grader import cli, similarity
-from grader.discovery import discover
+from course import cli, similarity
+from course.discovery import discover
 from grader.layout import REPOSITORY as REPO
 
 CLOCK_CYCLES = re.compile(r"# BEGIN SOLUTION 2\.1\n(.*?)# END SOLUTION", re.S)

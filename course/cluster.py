@@ -1,12 +1,12 @@
-"""Grade a class on a Slurm cluster: ``python -m grader slurm write | merge | task``.
+"""Grade a class on a Slurm cluster: ``python -m course slurm write | merge | task``.
 
-    python -m grader slurm write FOLDER --csv grades.csv [--submit [--wait]] [--gpu | --gpu-only]
+    python -m course slurm write FOLDER --csv grades.csv [--submit [--wait]] [--gpu | --gpu-only]
         [--per-task N] [--jobs J] [--timeout S] [--only ID ...] [--partition P] [--time MIN]
         [--mem SIZE] [--cpus-per-task C] [--max-running N] [--sbatch=--account=X ...] [--python EXE]
         [--gpu-partition P] [--gpu-cpus-per-task C] [--gpu-mem SIZE] [--gpu-python EXE]
         [--canvas FILE --assignment HEADER --roster EXPORT.csv --name-is KIND]
-    python -m grader slurm merge --csv grades.csv [--canvas FILE ...]   (rebuild the gradebook)
-    python -m grader slurm task PLAN [--task N]                         (what each array task runs)
+    python -m course slurm merge --csv grades.csv [--canvas FILE ...]   (rebuild the gradebook)
+    python -m course slurm task PLAN [--task N]                         (what each array task runs)
 
 ``write`` finds the students as ``batch`` does and writes ``<csv stem>-slurm/``:
 
@@ -19,7 +19,7 @@
   (Problem 2.3) on GPU nodes (``--gres=gpu:N``), into ``<csv stem>-reports/gpu/``.
 - ``merge.sbatch``: ``slurm merge`` after the arrays (``--dependency=afterany``): the CSV,
   the Canvas file, the changelog and the GPU results merged, exactly as ``batch`` writes
-  them (grader.gradebook). A student whose task died (time limit, node failure, scancel)
+  them (course.gradebook). A student whose task died (time limit, node failure, scancel)
   is a row flagged ``task_died`` with the task's log named, never a missing row.
 
 ``--submit`` runs sbatch for the arrays and the merge and prints the job ids; ``--wait`` also
@@ -42,8 +42,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grader import gradebook
-from grader.batch import (
+from course import gradebook
+from course.batch import (
     StudentGrade,
     add_gradebook_arguments,
     grade_all,
@@ -51,8 +51,8 @@ from grader.batch import (
     only_problem,
     usage_error,
 )
-from grader.canvas import OptionsError, RosterError
-from grader.discovery import DiscoveryError, Student, discover, safe_file_name
+from course.canvas import OptionsError, RosterError
+from course.discovery import DiscoveryError, Student, discover, safe_file_name
 from grader.layout import REPOSITORY
 from grader.protocol import write_atomic
 
@@ -73,8 +73,8 @@ class Plan:
     timeout: float
     only: list[str] | None
     grader_command: list[str]
-    options: dict                # grader.gradebook.Options, for the merge
-    students: list[dict]         # grader.discovery.Student fields, paths absolute
+    options: dict                # course.gradebook.Options, for the merge
+    students: list[dict]         # course.discovery.Student fields, paths absolute
 
     def student_list(self) -> list[Student]:
         return [Student(s["name"], Path(s["path"]), list(s["flags"]), s.get("canvas_id", "")) for s in self.students]
@@ -94,7 +94,7 @@ def load_plan(path: Path) -> Plan:
     try:
         return Plan(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError) as error:
-        raise OptionsError(f"{path}: not a plan written by `python -m grader slurm write`: {error}") from None
+        raise OptionsError(f"{path}: not a plan written by `python -m course slurm write`: {error}") from None
 
 
 def gpu_criteria() -> tuple[list[str], int]:
@@ -128,11 +128,11 @@ def array_script(plan: Plan, plan_path: Path, args: argparse.Namespace, gpus: in
     logs = slurm_folder(Path(plan.csv)) / "logs"
     lines = [
         "#!/bin/bash",
-        f"# Written by `python -m grader slurm write` on {time.strftime('%Y-%m-%d %H:%M')}: {len(plan.students)} students,",
+        f"# Written by `python -m course slurm write` on {time.strftime('%Y-%m-%d %H:%M')}: {len(plan.students)} students,",
         f"# {plan.tasks} array tasks of at most {per_task}, grading "
         f"{'the GPU criteria ' + ' '.join(plan.only or []) if gpu else 'on CPUs'}.",
         f"# Submit with `sbatch {plan_path.parent / 'grade.sbatch'}`;",
-        f"# afterwards `python -m grader slurm merge --csv {plan.csv}`.",
+        f"# afterwards `python -m course slurm merge --csv {plan.csv}`.",
         f"#SBATCH --job-name=grade-{plan.kind}-{safe_file_name(Path(plan.csv).stem)}",
         f"#SBATCH --array=0-{plan.tasks - 1}" + (f"%{args.max_running}" if args.max_running else ""),
         f"#SBATCH --cpus-per-task={args.gpu_cpus_per_task if gpu else args.cpus_per_task}",
@@ -149,7 +149,7 @@ def array_script(plan: Plan, plan_path: Path, args: argparse.Namespace, gpus: in
     lines += ["set -euo pipefail", f"cd {shlex.quote(str(REPOSITORY))}"]
     if gpu:
         lines.append("nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv || true")
-    lines.append(f"exec {shlex.quote(plan.grader_command[0])} -m grader slurm task {shlex.quote(str(plan_path))}")
+    lines.append(f"exec {shlex.quote(plan.grader_command[0])} -m course slurm task {shlex.quote(str(plan_path))}")
     return "\n".join(lines) + "\n"
 
 
@@ -157,7 +157,7 @@ def merge_script(csv_path: Path, args: argparse.Namespace) -> str:
     logs = slurm_folder(csv_path) / "logs"
     lines = [
         "#!/bin/bash",
-        "# Written by `python -m grader slurm write`: builds the gradebook once the arrays have ended.",
+        "# Written by `python -m course slurm write`: builds the gradebook once the arrays have ended.",
         f"#SBATCH --job-name=grade-merge-{safe_file_name(csv_path.stem)}",
         "#SBATCH --cpus-per-task=1",
         "#SBATCH --mem=2G",
@@ -168,7 +168,7 @@ def merge_script(csv_path: Path, args: argparse.Namespace) -> str:
         lines.append(f"#SBATCH --partition={args.partition}")
     lines += [f"#SBATCH {extra}" for extra in args.sbatch]
     lines += ["set -euo pipefail", f"cd {shlex.quote(str(REPOSITORY))}",
-              f"exec {shlex.quote(args.python)} -m grader slurm merge --csv {shlex.quote(str(csv_path))}"]
+              f"exec {shlex.quote(args.python)} -m course slurm merge --csv {shlex.quote(str(csv_path))}"]
     return "\n".join(lines) + "\n"
 
 
@@ -288,7 +288,7 @@ def merge(csv_path: Path, overrides: gradebook.Options, progress=print) -> list[
     folder = slurm_folder(csv_path)
     plans = {kind: load_plan(folder / kind / "plan.json") for kind in KINDS if (folder / kind / "plan.json").exists()}
     if not plans:
-        raise OptionsError(f"no plan in {folder}: run `python -m grader slurm write ... --csv {csv_path}` first")
+        raise OptionsError(f"no plan in {folder}: run `python -m course slurm write ... --csv {csv_path}` first")
     try:
         jobs = json.loads((folder / "jobs.json").read_text())
     except (OSError, ValueError):
@@ -361,7 +361,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``python -m grader slurm write|merge|task``."""
+    """``python -m course slurm write|merge|task``."""
     command = f"slurm {args.slurm_command}"
     try:
         if args.slurm_command == "task":
@@ -391,7 +391,7 @@ def _write_and_submit(args: argparse.Namespace) -> int:
     scripts = write(args)
     if not args.submit:
         print("submit with: " + " ; ".join(f"sbatch {s}" for s in scripts[:-1]) +
-              f" ; then, once they have ended: python -m grader slurm merge --csv {args.csv}")
+              f" ; then, once they have ended: python -m course slurm merge --csv {args.csv}")
         return 0
     status = submit(scripts, args.csv.resolve(), args.wait)
     if args.wait and status == 0:

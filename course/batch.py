@@ -1,12 +1,12 @@
-"""Grade a folder of submissions into a gradebook CSV: ``python -m grader batch``.
+"""Grade a folder of submissions into a gradebook CSV: ``python -m course batch``.
 
-    python -m grader batch FOLDER --csv grades.csv [--jobs N] [--timeout S] [--only ID ...]
+    python -m course batch FOLDER --csv grades.csv [--jobs N] [--timeout S] [--only ID ...]
                                   [--canvas FILE --assignment HEADER [--roster EXPORT.csv] [--name-is KIND]]
                                   [--gpu-reports DIR] [--html FILE]
                                   [--similarity-threshold SHARE] [--public-solutions DIR] [--no-similarity]
 
 FOLDER holds one subfolder, ``.zip``, ``.tar.gz`` or ``.tgz`` per student, or is a Canvas
-"Download Submissions" zip or folder (see grader.discovery). Each student is graded by
+"Download Submissions" zip or folder (see course.discovery). Each student is graded by
 ``python -m grader grade STUDENT --json REPORT`` in its own process group, killed after
 ``--timeout`` seconds, so one student's crash, hang or garbage never stops the batch.
 Reports and logs go to ``<csv stem>-reports/`` beside the CSV.
@@ -15,20 +15,19 @@ The CSV has one row per student: ``student``, one column per problem (``2.1``,
 ``2.2``, ...), ``total``, ``max_score``, ``status`` (graded / timeout / error), ``flags``
 (``;``-separated: ``missing:FILE``, ``criterion_errors=N``, ``blocked_points=X``,
 ``policy_findings=N`` (the static scan of grader/policy.py), ``duplicate_name``, ``late``,
-``not_in_roster``, the GPU flags of grader.gradebook, ``similar_to=STUDENT`` (grader/similarity.py,
+``not_in_roster``, the GPU flags of course.gradebook, ``similar_to=STUDENT`` (course/similarity.py,
 run after grading: flags only, never a score), ``needs_review``) and ``report``. A
 score cell is empty when no trustworthy score exists (the row then says needs_review); a
 timed-out student keeps the points of the criteria finished before the timeout. ``--only``
 on a class whose reports exist regrades those criteria and keeps every other result (see
-grader.regrade). ``--canvas FILE`` also writes Canvas's gradebook import (grader.canvas).
+course.regrade). ``--canvas FILE`` also writes Canvas's gradebook import (course.canvas).
 Every cell starting with ``= + - @`` (or a tab or carriage return) is prefixed with ``'``
 so a spreadsheet never runs it as a formula. ``--html`` also writes the class dashboard
-(grader/dashboard.py).
+(course/dashboard.py).
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import secrets
 import subprocess
@@ -36,54 +35,15 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import regrade, similarity
-from grader.canvas import OptionsError, RosterError
-from grader.discovery import DiscoveryError, Student, discover, safe_file_name
-from grader.layout import REPOSITORY, STUDENT_FILES
+from course import regrade, similarity
+from course.canvas import OptionsError, RosterError
+from course.discovery import DiscoveryError, Student, discover, safe_file_name
+from course.outcomes import StudentGrade, apply_report
+from grader.layout import REPOSITORY
 from grader.processes import kill_group
 from grader.protocol import printable, read_json_report, write_atomic
-
-
-@dataclass
-class StudentGrade:
-    """What grading one student produced: a row of the gradebook."""
-
-    student: str
-    path: Path
-    report_path: Path
-    status: str = "graded"
-    score: float | None = None
-    max_score: float | None = None
-    problems: dict[str, float] = field(default_factory=dict)
-    flags: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    detail: str = ""
-    changes: list[dict] = field(default_factory=list)  # what a regrade changed (grader.regrade)
-
-
-def _apply_report(outcome: StudentGrade, report: dict) -> None:
-    for criterion in report["criteria"]:
-        problem = criterion["problem"]
-        outcome.problems[problem] = outcome.problems.get(problem, 0) + criterion["earned"]
-    outcome.score = sum(c["earned"] for c in report["criteria"])
-    max_score = report.get("max_score")
-    outcome.max_score = max_score if isinstance(max_score, (int, float)) else None
-    files = report["files"] if isinstance(report.get("files"), dict) else {}
-    outcome.flags += [f"missing:{name}" for name in STUDENT_FILES if name not in files]
-    errors = sum(1 for c in report["criteria"] if c.get("status") == "error")
-    if errors:
-        outcome.flags += [f"criterion_errors={errors}", "needs_review"]
-    findings = report.get("policy_findings")
-    if isinstance(findings, list) and findings:
-        outcome.flags.append(f"policy_findings={len(findings)}")
-    if report.get("needs_review") is True and "needs_review" not in outcome.flags:
-        outcome.flags.append("needs_review")
-    blocked = report.get("blocked_points")
-    if isinstance(blocked, (int, float)) and blocked:
-        outcome.flags.append(f"blocked_points={blocked:g}")
 
 
 def grade_student(
@@ -119,7 +79,7 @@ def grade_student(
     if previous is not None:
         report = _regraded(outcome, previous, report, target)
     if report is not None:
-        _apply_report(outcome, report)
+        apply_report(outcome, report)
     if returncode is None:
         outcome.status, outcome.detail = "timeout", f"killed after {timeout:g} s"
         outcome.flags.append("needs_review")
@@ -145,32 +105,6 @@ def _regraded(outcome: StudentGrade, previous: dict, report: dict | None, target
     return merged
 
 
-def escape_cell(value: object) -> str:
-    """A CSV cell a spreadsheet shows as text: control characters escaped, formula-like
-    starts given a leading quote."""
-    text = "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
-    text = printable(text)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
-def _problem_key(problem: str) -> tuple:
-    return tuple(int(part) if part.isdigit() else part for part in problem.split("."))
-
-
-def default_rows(outcomes: list[StudentGrade]) -> list[list[object]]:
-    problems = sorted({p for o in outcomes for p in o.problems}, key=_problem_key)
-    rows: list[list[object]] = [["student", *problems, "total", "max_score", "status", "flags", "report"]]
-    for o in outcomes:
-        scores = [o.problems.get(p) if o.score is not None else None for p in problems]
-        rows.append([o.student, *scores, o.score, o.max_score, o.status, ";".join(o.flags), str(o.report_path)])
-    return rows
-
-
-def write_csv(path: Path, rows: list[list]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows([[escape_cell(cell) for cell in row] for row in rows])
-
-
 def run_batch(
     folder: Path,
     csv_path: Path,
@@ -184,15 +118,15 @@ def run_batch(
     html: Path | None = None,
 ) -> list[StudentGrade]:
     """Grade every student of ``folder``, flag similar pairs (``similarity_options``: the
-    keyword arguments of grader.similarity.flag_batch; None: no similarity pass), write the
-    CSV (and what ``options``, a grader.gradebook.Options, asks for) and the dashboard
+    keyword arguments of course.similarity.flag_batch; None: no similarity pass), write the
+    CSV (and what ``options``, a course.gradebook.Options, asks for) and the dashboard
     (``html``); return the rows in name order.
 
     Raises:
         DiscoveryError, OptionsError, RosterError: the folder cannot be read, or the options do
             not fit (before anyone is graded).
     """
-    from grader import gradebook  # it builds on this module's StudentGrade and CSV helpers
+    from course import gradebook  # it builds on this module's StudentGrade and CSV helpers
 
     options = options or gradebook.Options()
     grader_command = grader_command or [sys.executable, "-m", "grader", "grade"]
@@ -208,7 +142,7 @@ def run_batch(
         similarity.flag_batch(outcomes, reports, progress=progress, **similarity_options)
     rows = gradebook.finish(outcomes, students, csv_path, options, run, progress)
     if html is not None:
-        from grader.dashboard import write  # Jinja2: only when a dashboard is asked for
+        from course.dashboard import write  # Jinja2: only when a dashboard is asked for
 
         write(reports, html)
     return rows
@@ -220,7 +154,7 @@ def grade_all(
 ) -> list[StudentGrade]:
     """Grade ``students``, ``jobs`` at a time (each grader process leases a uid of its own for
     its children, see grader.processes.lease_uid), each leaving an outcome record of run ``run``."""
-    from grader.gradebook import save_outcome  # it builds on this module's StudentGrade
+    from course.gradebook import save_outcome  # it builds on this module's StudentGrade
 
     done, lock = 0, threading.Lock()
 
@@ -262,7 +196,7 @@ def add_gradebook_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def gradebook_options(args: argparse.Namespace):
-    from grader import gradebook
+    from course import gradebook
 
     return gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports)
 
@@ -281,12 +215,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def usage_error(command: str, message: str) -> int:
-    print(f"python -m grader {command}: error: {message}", file=sys.stderr)
+    print(f"python -m course {command}: error: {message}", file=sys.stderr)
     return 2
 
 
 def run(args: argparse.Namespace) -> int:
-    """``python -m grader batch``."""
+    """``python -m course batch``."""
     if not args.folder.exists():
         return usage_error("batch", f"{args.folder}: no such folder or file")
     if args.jobs < 1 or args.timeout <= 0:

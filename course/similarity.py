@@ -90,7 +90,7 @@ class Pair:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The similarity options of ``python -m grader batch``."""
+    """The similarity options of ``python -m course batch``."""
     parser.add_argument(
         "--similarity-threshold", type=float, default=DEFAULT_THRESHOLD, metavar="SHARE",
         help=f"report two students when this share (0-1) of one's file is found in the other's (default {DEFAULT_THRESHOLD})",
@@ -120,7 +120,7 @@ def argument_problem(args: argparse.Namespace) -> str | None:
 
 def flag_batch(outcomes: list, reports: Path, threshold: float = DEFAULT_THRESHOLD, public_folder: Path | None = None,
                progress=print) -> None:
-    """After grading: the pass over the batch's students (``StudentGrade``s of grader.batch), its
+    """After grading: the pass over the batch's students (``StudentGrade``s of course.batch), its
     pairs into ``reports``/SIMILARITY_FILE, and ``similar_to=<name>`` and ``needs_review``
     on both students' flags. A failure of the pass is reported and costs only the flags."""
     try:
@@ -297,7 +297,7 @@ def similar_to(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
 
 def read_public(folder: Path) -> dict:
     """The known solutions of ``folder``, found the way ``batch`` finds students."""
-    from grader.discovery import discover
+    from course.discovery import discover
 
     with tempfile.TemporaryDirectory() as scratch:
         found, _ = discover(folder, Path(scratch))

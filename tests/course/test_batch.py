@@ -1,7 +1,7 @@
 """Batch grading: one student's crash, hang or garbage never stops the batch; CSV layouts.
 
 Most tests drive ``run_batch`` with a fake grader (a script that misbehaves on purpose); the
-last one runs the real ``python -m grader batch`` on three submissions."""
+last one runs the real ``python -m course batch`` on three submissions."""
 import csv
 import json
 import os
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch, discovery
+from course import batch, discovery, outcomes
 from grader.layout import REPOSITORY as REPO
 from kit import handout
 
@@ -106,7 +106,7 @@ def test_misbehaving_students_never_stop_the_batch(tmp_path, monkeypatch):
 
 
 def test_cells_that_look_like_formulas_are_escaped():
-    assert [batch.escape_cell(v) for v in ("=1+1", "+1", "-1", "@SUM", "\tx", "ok", 3, 2.5, None)] == [
+    assert [outcomes.escape_cell(v) for v in ("=1+1", "+1", "-1", "@SUM", "\tx", "ok", 3, 2.5, None)] == [
         "'=1+1", "'+1", "'-1", "'@SUM", "'\tx", "ok", "3", "2.5", ""
     ]
 
@@ -127,7 +127,7 @@ BATCH_S, STUDENT_S = 540, 240  # the batch, each student in it (two rounds of --
 @pytest.mark.slow  # a whole grader run in a subprocess
 @pytest.mark.timeout(BATCH_S + 60)
 def test_real_grader_on_three_submissions(tmp_path):
-    """Answer key (folder), stubs (folder) and answer key (zip) through `python -m grader batch
+    """Answer key (folder), stubs (folder) and answer key (zip) through `python -m course batch
     --jobs 2`: the two graded at once run their children as distinct uids (as root)."""
     key, stub = tmp_path / "class" / "key", tmp_path / "class" / "stub"
     key.mkdir(parents=True)
@@ -141,7 +141,7 @@ def test_real_grader_on_three_submissions(tmp_path):
                 archive.write(source, name)
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "grades.csv"),
+        [sys.executable, "-m", "course", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "grades.csv"),
          "--jobs", "2", "--timeout", str(STUDENT_S), "--html", str(tmp_path / "class.html")],
         cwd=REPO, capture_output=True, text=True, timeout=BATCH_S,
     )

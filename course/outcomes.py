@@ -1,0 +1,80 @@
+"""What grading one student gave, as the gradebook's row: shared by batch, Slurm, the
+gradebook and the dashboard (each imports it; it imports none of them).
+
+:class:`StudentGrade` is one row; :func:`apply_report` fills its scores and report flags from
+a student's JSON report; :func:`default_rows` and :func:`write_csv` write the gradebook CSV,
+every cell through :func:`escape_cell`; :func:`problem_key` orders problem ids (2.10 after 2.9).
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.layout import STUDENT_FILES
+from grader.protocol import printable
+
+
+@dataclass
+class StudentGrade:
+    """What grading one student produced: a row of the gradebook."""
+
+    student: str
+    path: Path
+    report_path: Path
+    status: str = "graded"
+    score: float | None = None
+    max_score: float | None = None
+    problems: dict[str, float] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    detail: str = ""
+    changes: list[dict] = field(default_factory=list)  # what a regrade changed (course.regrade)
+
+
+def apply_report(outcome: StudentGrade, report: dict) -> None:
+    for criterion in report["criteria"]:
+        problem = criterion["problem"]
+        outcome.problems[problem] = outcome.problems.get(problem, 0) + criterion["earned"]
+    outcome.score = sum(c["earned"] for c in report["criteria"])
+    max_score = report.get("max_score")
+    outcome.max_score = max_score if isinstance(max_score, (int, float)) else None
+    files = report["files"] if isinstance(report.get("files"), dict) else {}
+    outcome.flags += [f"missing:{name}" for name in STUDENT_FILES if name not in files]
+    errors = sum(1 for c in report["criteria"] if c.get("status") == "error")
+    if errors:
+        outcome.flags += [f"criterion_errors={errors}", "needs_review"]
+    findings = report.get("policy_findings")
+    if isinstance(findings, list) and findings:
+        outcome.flags.append(f"policy_findings={len(findings)}")
+    if report.get("needs_review") is True and "needs_review" not in outcome.flags:
+        outcome.flags.append("needs_review")
+    blocked = report.get("blocked_points")
+    if isinstance(blocked, (int, float)) and blocked:
+        outcome.flags.append(f"blocked_points={blocked:g}")
+
+
+def escape_cell(value: object) -> str:
+    """A CSV cell a spreadsheet shows as text: control characters escaped, formula-like
+    starts given a leading quote."""
+    text = "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+    text = printable(text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def problem_key(problem: str) -> tuple:
+    return tuple(int(part) if part.isdigit() else part for part in problem.split("."))
+
+
+def default_rows(outcomes: list[StudentGrade]) -> list[list[object]]:
+    problems = sorted({p for o in outcomes for p in o.problems}, key=problem_key)
+    rows: list[list[object]] = [["student", *problems, "total", "max_score", "status", "flags", "report"]]
+    for o in outcomes:
+        scores = [o.problems.get(p) if o.score is not None else None for p in problems]
+        rows.append([o.student, *scores, o.score, o.max_score, o.status, ";".join(o.flags), str(o.report_path)])
+    return rows
+
+
+def write_csv(path: Path, rows: list[list]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([[escape_cell(cell) for cell in row] for row in rows])
