@@ -94,7 +94,7 @@ def _from_download_zip(source: Path, unpack_to: Path) -> tuple[list[Student], li
             notes += _nested_notes(source, [i.filename for i in infos if i.filename not in flat])
             if not submissions:
                 raise DiscoveryError(
-                    f"{source}: no file named like a Canvas download (<name>_<canvas id>_<submission id>_<file>); "
+                    f"{source}: no file named like a Canvas download (<name>_<user id>_<attachment id>_<file>); "
                     "for a zip of student folders, unzip it and give the folder"
                 )
             students = _unpack_all(submissions, lambda entry: _read_member(archive, flat[entry]), unpack_to, notes)
@@ -117,8 +117,9 @@ def _unpack_all(
     older = sum(len(s.superseded) for s in submissions)
     notes.append(
         f"Canvas download: {len(submissions)} students ({late} late), unpacked into {unpack_to}; "
-        f"{older} older resubmission file(s) not graded"
+        f"{older} older upload(s) not graded"
     )
+    notes += [note for s in submissions if (note := s.note()) is not None]
     return students
 
 

@@ -35,7 +35,7 @@ def read_csv(path: Path) -> list[dict]:
 
 def test_download_names_are_taken_apart():
     parsed = canvas.parse_download_name("lovelaceada_LATE_101_9001_pipeline-2.py")
-    assert (parsed.name, parsed.canvas_id, parsed.submission_id, parsed.original, parsed.attempt, parsed.late) == (
+    assert (parsed.name, parsed.canvas_id, parsed.attachment_id, parsed.original, parsed.attempt, parsed.late) == (
         "lovelaceada", "101", 9001, "pipeline.py", 2, True
     )
     parsed = canvas.parse_download_name("turingalan_102_9002_my_hw-final.tar.gz")
@@ -58,8 +58,29 @@ def test_grouping_keeps_the_latest_resubmission_and_the_late_mark():
     assert ada.files["pipeline.py"].entry == "lovelaceada_LATE_101_9001_pipeline-1.py"
     assert ada.superseded == ["lovelaceada_101_9001_pipeline.py"]
     assert (alan.late, alan.files["hw.zip"].entry) == (False, "turingalan_102_9002_hw-2.zip")
-    merged, _ = canvas.group_download(["a_5_10_pipeline.py", "a_5_11_tensor_parallel.py"])  # two downloads merged
-    assert list(merged[0].files) == ["tensor_parallel.py"] and merged[0].superseded == ["a_5_10_pipeline.py"]
+    assert ada.note() == ("lovelaceada_101: graded lovelaceada_LATE_101_9001_pipeline-1.py; "
+                          "older upload(s) not graded: lovelaceada_101_9001_pipeline.py")
+    assert alan.superseded == ["turingalan_102_9002_hw.zip", "turingalan_102_9002_hw-1.zip"]
+
+
+def test_two_files_of_one_submission_are_both_graded(tmp_path):
+    """The third number of a Canvas download name is the file's attachment id: two files
+    uploaded together have two, and both belong to the student (issue 23, item 1)."""
+    key, stubs = answer_key_source("pipeline.py"), stub_files()
+    with zipfile.ZipFile(tmp_path / "download.zip", "w") as download:
+        download.writestr("lovelaceada_1001_555001_pipeline.py", key)
+        download.writestr("lovelaceada_1001_555002_tensor_parallel.py", stubs["tensor_parallel.py"])
+    students, notes = discovery.discover(tmp_path / "download.zip", tmp_path / "unpacked")
+    assert [(s.name, s.canvas_id) for s in students] == [("lovelaceada_1001", "1001")]
+    assert sorted(p.name for p in students[0].path.iterdir()) == ["pipeline.py", "tensor_parallel.py"]
+    assert (students[0].path / "pipeline.py").read_text() == key
+    assert "0 older upload(s) not graded" in notes[-1]
+    # Uploads of one name without a -N suffix (downloads merged by hand): the later attachment wins.
+    submissions, _ = canvas.group_download(["a_5_12_pipeline.py", "a_5_10_pipeline.py", "a_5_11_tensor_parallel.py"])
+    (only,) = submissions
+    assert {name: f.entry for name, f in only.files.items()} == {
+        "pipeline.py": "a_5_12_pipeline.py", "tensor_parallel.py": "a_5_11_tensor_parallel.py"}
+    assert only.superseded == ["a_5_10_pipeline.py"] and "a_5_10_pipeline.py" in (only.note() or "")
 
 
 def test_discovery_skips_with_a_word_and_flags_unreadable_tars(tmp_path):
@@ -172,7 +193,7 @@ def test_a_canvas_download_grades_into_a_canvas_import(tmp_path):
     print(f"a Canvas download of 3 students graded (2.1 only) in {time.monotonic() - started:.1f} s")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "skipped grading_notes.txt in submissions.zip (not a Canvas download name)" in result.stdout
-    assert "Canvas download: 3 students (1 late)" in result.stdout and "1 older resubmission" in result.stdout
+    assert "Canvas download: 3 students (1 late)" in result.stdout and "1 older upload(s) not graded" in result.stdout
     rows = {row["student"]: row for row in read_csv(tmp_path / "grades.csv")}
     assert sorted(rows) == ["lovelaceada_101", "turingalan_102", "zeduser_999"]
     assert (rows["lovelaceada_101"]["2.1"], rows["lovelaceada_101"]["flags"]) == ("8", "late;missing:tensor_parallel.py")
@@ -224,4 +245,6 @@ def test_an_unpacked_download_beside_student_folders(tmp_path):
     assert (students[1].path / "pipeline.py").read_text() == "second"
     assert students[2].path == tmp_path / "unpacked" / "turingalan_102" / "hw5.zip"  # the archive is graded
     assert notes == [f"Canvas download: 2 students (1 late), unpacked into {tmp_path / 'unpacked'}; "
-                     "1 older resubmission file(s) not graded"]
+                     "1 older upload(s) not graded",
+                     "lovelaceada_101: graded lovelaceada_LATE_101_9001_pipeline-1.py; "
+                     "older upload(s) not graded: lovelaceada_LATE_101_9001_pipeline.py"]
