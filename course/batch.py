@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from course import regrade, similarity
+from course import gradebook, regrade, similarity
 from course.canvas import OptionsError, RosterError
 from course.discovery import DiscoveryError, Student, discover, safe_file_name
 from course.outcomes import StudentGrade, apply_report
@@ -110,24 +110,19 @@ def run_batch(
     csv_path: Path,
     jobs: int = 1,
     timeout: float = 900.0,
-    options=None,
+    options: gradebook.Options | None = None,
     only: list[str] | None = None,
     grader_command: list[str] | None = None,
     progress=print,
-    similarity_options: dict | None = None,
-    html: Path | None = None,
 ) -> list[StudentGrade]:
-    """Grade every student of ``folder``, flag similar pairs (``similarity_options``: the
-    keyword arguments of course.similarity.flag_batch; None: no similarity pass), write the
-    CSV (and what ``options``, a course.gradebook.Options, asks for) and the dashboard
-    (``html``); return the rows in name order.
+    """Grade every student of ``folder``, then do what ``options`` asks for (the similarity
+    pass, the CSV, Canvas's file, the dashboard: :func:`course.gradebook.finish`, as ``slurm
+    merge`` does); return the rows in name order.
 
     Raises:
         DiscoveryError, OptionsError, RosterError: the folder cannot be read, or the options do
             not fit (before anyone is graded).
     """
-    from course import gradebook  # it builds on this module's StudentGrade and CSV helpers
-
     options = options or gradebook.Options()
     grader_command = grader_command or [sys.executable, "-m", "grader", "grade"]
     students, notes = discover(folder, gradebook.submissions_folder(csv_path))
@@ -138,14 +133,7 @@ def run_batch(
     reports.mkdir(parents=True, exist_ok=True)
     run = f"batch-{secrets.token_hex(4)}"
     outcomes = grade_all(students, reports, timeout, grader_command, only, max(1, jobs), run, progress)
-    if similarity_options is not None:  # flags only, never a score
-        similarity.flag_batch(outcomes, reports, progress=progress, **similarity_options)
-    rows = gradebook.finish(outcomes, students, csv_path, options, run, progress)
-    if html is not None:
-        from course.dashboard import write  # Jinja2: only when a dashboard is asked for
-
-        write(reports, html)
-    return rows
+    return gradebook.finish(outcomes, students, csv_path, options, run, progress)
 
 
 def grade_all(
@@ -154,14 +142,12 @@ def grade_all(
 ) -> list[StudentGrade]:
     """Grade ``students``, ``jobs`` at a time (each grader process leases a uid of its own for
     its children, see grader.processes.lease_uid), each leaving an outcome record of run ``run``."""
-    from course.gradebook import save_outcome  # it builds on this module's StudentGrade
-
     done, lock = 0, threading.Lock()
 
     def grade(student: Student) -> StudentGrade:
         nonlocal done
         outcome = grade_student(student.name, student.path, reports, timeout, grader_command, student.flags, only)
-        save_outcome(outcome, run, reports / "outcomes")
+        gradebook.save_outcome(outcome, run, reports / "outcomes")
         with lock:
             done += 1
             progress(printable(progress_line(outcome, done, len(students))))
@@ -193,12 +179,17 @@ def add_gradebook_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--gpu-reports", type=Path, metavar="DIR",
                         help="GPU reports to merge (default: <csv stem>-reports/gpu/ when it exists)")
+    parser.add_argument("--canvas-without-gpu", action="store_true",
+                        help="a class graded without GPUs: write the CPU score to Canvas for students whose GPU "
+                             "criteria are blocked (default: an empty cell until the GPU merge)")
+    parser.add_argument("--html", type=Path, help="also write the class dashboard (one HTML file) here")
 
 
-def gradebook_options(args: argparse.Namespace):
-    from course import gradebook
-
-    return gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports)
+def gradebook_options(args: argparse.Namespace) -> gradebook.Options:
+    """The options of a command line; the similarity pass where the command has its options."""
+    threshold = None if getattr(args, "no_similarity", True) else args.similarity_threshold
+    return gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports, args.html,
+                             threshold, getattr(args, "public_solutions", None), args.canvas_without_gpu)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -210,7 +201,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", nargs="+", action="extend", metavar="PROBLEM_OR_ID",
                         help="grade only these criteria; where a report exists, regrade them and keep the others")
     add_gradebook_arguments(parser)
-    parser.add_argument("--html", type=Path, help="also write the class dashboard (one HTML file) here")
     similarity.add_arguments(parser)
 
 
@@ -229,10 +219,8 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         return usage_error("batch", problem)
     start = time.monotonic()
-    similarity_options = None if args.no_similarity else {"threshold": args.similarity_threshold, "public_folder": args.public_solutions}
     try:
-        outcomes = run_batch(args.folder, args.csv, args.jobs, args.timeout, gradebook_options(args), args.only,
-                             similarity_options=similarity_options, html=args.html)
+        outcomes = run_batch(args.folder, args.csv, args.jobs, args.timeout, gradebook_options(args), args.only)
     except (DiscoveryError, OptionsError, RosterError) as error:
         return usage_error("batch", str(error))
     review = [o.student for o in outcomes if "needs_review" in o.flags]

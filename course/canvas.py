@@ -130,6 +130,14 @@ class Roster:
 
     path: Path
     people: list[dict[str, str]]
+    possible: dict[str, str] = field(default_factory=dict)  # the export's "Points Possible" row
+
+    def points_possible(self, assignment: str) -> float | None:
+        """The assignment's points in Canvas, when the export says them."""
+        try:
+            return float(self.possible.get(assignment, "").strip())
+        except ValueError:
+            return None
 
     def match(self, key: str, columns: tuple[str, ...]) -> list[dict[str, str]]:
         """Every distinct person whose value in one of ``columns`` is ``key``."""
@@ -153,12 +161,14 @@ def read_roster(path: Path) -> Roster:
                     f"roster {path}: no column {', '.join(repr(c) for c in missing)}; expected a Canvas gradebook "
                     f"export (Grades > Export) whose header starts with {', '.join(IDENTITY)}"
                 )
-            people = [row for row in reader if (row.get("ID") or "").strip().isdigit()]
+            rows = list(reader)
+            people = [row for row in rows if (row.get("ID") or "").strip().isdigit()]
+            possible = next((row for row in rows if (row.get("Student") or "").strip() == "Points Possible"), {})
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise RosterError(f"roster {path}: cannot read it: {error}") from None
     if not people:
         raise RosterError(f"roster {path}: no student rows (a row needs a numeric Canvas ID)")
-    return Roster(path, people)
+    return Roster(path, people, possible)
 
 
 def identify(student: str, canvas_id: str, roster: Roster | None, name_is: str | None) -> tuple[list[str], str | None]:

@@ -42,7 +42,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from course import gradebook
+from course import gradebook, similarity
 from course.batch import (
     StudentGrade,
     add_gradebook_arguments,
@@ -175,11 +175,9 @@ def merge_script(csv_path: Path, args: argparse.Namespace) -> str:
 def write(args: argparse.Namespace) -> list[Path]:
     """Write the plans and scripts; return the array scripts, the merge script last."""
     csv_path = args.csv.resolve()
-    def absolute(path: Path | None) -> Path | None:
-        return path and path.resolve()
-
-    options = gradebook.Options(absolute(args.canvas), args.assignment, absolute(args.roster), args.name_is,
-                                absolute(args.gpu_reports))
+    given = gradebook_options(args)  # the merge runs elsewhere: every path absolute
+    options = gradebook.Options(**{key: value.resolve() if isinstance(value, Path) else value
+                                   for key, value in asdict(given).items()})
     students, notes = discover(args.folder.resolve(), gradebook.submissions_folder(csv_path))
     for note in [*notes, *gradebook.notes(options, gradebook.check(options, students))]:
         print(note)
@@ -352,6 +350,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     write_parser.add_argument("--gpu-mem", default="32G", help="memory per GPU task (default 32G)")
     write_parser.add_argument("--gpu-python", help="the Python of the GPU nodes, with a CUDA torch (default: --python)")
     add_gradebook_arguments(write_parser)
+    similarity.add_arguments(write_parser)
     merge_parser = commands.add_parser("merge", help="build the CSV / Canvas file / changelog from the tasks' reports")
     merge_parser.add_argument("--csv", type=Path, required=True, help="the CSV given to `slurm write`")
     add_gradebook_arguments(merge_parser)
@@ -384,7 +383,7 @@ def _write_and_submit(args: argparse.Namespace) -> int:
         "--per-task and --jobs must be >= 1 and --timeout > 0" if args.per_task < 1 or args.jobs < 1 or args.timeout <= 0
         else "--wait needs --submit" if args.wait and not args.submit
         else only_problem(args.only) if args.only
-        else None
+        else similarity.argument_problem(args)
     )
     if problem is not None:
         return usage_error("slurm write", problem)

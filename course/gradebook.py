@@ -23,9 +23,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from course import canvas, regrade
+from course import canvas, regrade, similarity
 from course.discovery import Student, safe_file_name
-from course.outcomes import StudentGrade, apply_report, default_rows, escape_cell, write_csv
+from course.outcomes import StudentGrade, apply_report, default_rows, escape_cell, save_rows, write_csv
 from grader.protocol import read_json_report, write_atomic
 
 CHANGELOG_COLUMNS = ("when", "run", "student", "criterion", "old_points", "new_points", "old_status", "new_status")
@@ -36,24 +36,29 @@ GPU_SOURCE = "GPU run"
 
 @dataclass
 class Options:
-    """What to write besides the CSV (the command line's --canvas, --assignment, --roster,
-    --name-is and --gpu-reports)."""
+    """What to do besides the CSV, the same for ``batch`` and ``slurm``: the command line's
+    --canvas, --assignment, --roster, --name-is, --gpu-reports, --canvas-without-gpu, --html,
+    and the similarity pass (``similarity_threshold`` None: no pass)."""
 
     canvas: Path | None = None
     assignment: str | None = None
     roster: Path | None = None
     name_is: str | None = None
     gpu_reports: Path | None = None
+    html: Path | None = None
+    similarity_threshold: float | None = None
+    public_solutions: Path | None = None
+    canvas_without_gpu: bool = False
+
+    PATHS = ("canvas", "roster", "gpu_reports", "html", "public_solutions")
 
     def to_json(self) -> dict:
-        return {key: None if value is None else str(value) for key, value in asdict(self).items()}
+        return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(self).items()}
 
     @classmethod
     def from_json(cls, data: dict) -> Options:
-        def path(key: str) -> Path | None:
-            return Path(data[key]) if data.get(key) else None
-
-        return cls(path("canvas"), data.get("assignment"), path("roster"), data.get("name_is"), path("gpu_reports"))
+        known = {key: data.get(key) for key in asdict(cls()) if data.get(key) is not None}
+        return cls(**{key: Path(value) if key in cls.PATHS else value for key, value in known.items()})
 
 
 def reports_folder(csv_path: Path) -> Path:
@@ -229,23 +234,73 @@ def write_changelog(path: Path, run: str, outcomes: list[StudentGrade]) -> int:
 def finish(
     outcomes: list[StudentGrade], students: list[Student], csv_path: Path, options: Options, run: str, progress=print,
 ) -> list[StudentGrade]:
-    """Merge GPU results, match identities, write the CSV, the Canvas file and the
-    changelog; return every row (GPU-only students added)."""
+    """What every flow does once its students are graded (``batch`` and ``slurm merge`` alike):
+    the similarity pass, the GPU results merged, identities matched, the CSV, the Canvas file,
+    the changelog and the dashboard; return every row (GPU-only students added)."""
+    reports = reports_folder(csv_path)
+    if options.similarity_threshold is not None:  # flags only, never a score
+        similarity.flag_batch(outcomes, reports, threshold=options.similarity_threshold,
+                              public_folder=options.public_solutions, progress=progress)
     roster = check(options, students)
-    gpu_folder = options.gpu_reports or reports_folder(csv_path) / "gpu"
+    gpu_folder = options.gpu_reports or reports / "gpu"
     if gpu_folder.is_dir():
         outcomes = outcomes + merge_gpu(outcomes, gpu_folder)
+    identities = identify_all(outcomes, students, roster, options)
+    write_csv(csv_path, default_rows(outcomes))
+    if options.canvas is not None:
+        write_canvas(outcomes, identities, roster, options, progress)
+    save_rows(reports, outcomes)
+    changed = write_changelog(changelog_path(csv_path), run, outcomes)
+    if changed:
+        progress(f"regrade: {changed} criterion result(s) changed -> {changelog_path(csv_path)}")
+    if options.html is not None:
+        from course.dashboard import write  # Jinja2: only when a dashboard is asked for
+
+        write(reports, options.html)
+        progress(f"dashboard -> {options.html}")
+    return outcomes
+
+
+def identify_all(outcomes: list[StudentGrade], students: list[Student], roster: canvas.Roster | None,
+                 options: Options) -> dict[str, list[str] | None]:
+    """``{student: Canvas identity columns, or None when Canvas cannot be told who it is}``;
+    with a roster or a Canvas file, a student it cannot name is flagged."""
     canvas_ids = {s.name: s.canvas_id for s in students}
-    canvas_students = []
+    identities: dict[str, list[str] | None] = {}
     for outcome in outcomes:
         identity, problem = canvas.identify(outcome.student, canvas_ids.get(outcome.student, ""), roster, options.name_is)
         if problem is not None and (roster is not None or options.canvas is not None):
             _flag(outcome, problem)
-        canvas_students.append((identity, outcome.score if problem is None else None))
-    write_csv(csv_path, default_rows(outcomes))
-    if options.canvas is not None:
-        write_csv(options.canvas, canvas.import_rows(options.assignment or "", canvas_students))
-    changed = write_changelog(changelog_path(csv_path), run, outcomes)
-    if changed:
-        progress(f"regrade: {changed} criterion result(s) changed -> {changelog_path(csv_path)}")
-    return outcomes
+        identities[outcome.student] = identity if problem is None else None
+    return identities
+
+
+def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] | None], roster: canvas.Roster | None,
+                 options: Options, progress=print) -> None:
+    """Canvas's import: one row per student Canvas can match (the others are named in a line);
+    an empty cell ("no change") for a score that is not trustworthy or not complete (criteria
+    blocked until the GPU merge, unless ``canvas_without_gpu``); a warning when the scores are
+    out of a total the assignment does not have."""
+    rows, unknown, waiting = [], [], []
+    for outcome in outcomes:
+        identity = identities.get(outcome.student)
+        if identity is None:
+            unknown.append(outcome.student)
+            continue  # a row without an identity: Canvas cannot match it
+        blocked = any(f.startswith("blocked_points=") for f in outcome.flags) and not options.canvas_without_gpu
+        if blocked:
+            waiting.append(outcome.student)
+        rows.append((identity, None if blocked else outcome.score))
+    write_csv(options.canvas, canvas.import_rows(options.assignment or "", rows))
+    if unknown:
+        progress(f"Canvas: {len(unknown)} student(s) left out of {options.canvas}, flagged in the CSV "
+                 f"(not in the roster, or in it twice): {', '.join(unknown)}")
+    if waiting:
+        progress(f"Canvas: {len(waiting)} student(s) with GPU criteria not graded yet have an EMPTY cell (no change): "
+                 "import after the GPU merge, or pass --canvas-without-gpu for a class graded without GPUs")
+    possible = roster.points_possible(options.assignment or "") if roster is not None else None
+    totals = sorted({o.max_score for o in outcomes if o.max_score is not None})
+    if possible is not None and any(total != possible for total in totals):
+        progress(f"WARNING: the scores are out of {', '.join(f'{t:g}' for t in totals)} but the Canvas assignment "
+                 f"{options.assignment!r} is worth {possible:g} points (its Points Possible in {roster.path}): "
+                 "change one of them before importing")

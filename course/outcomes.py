@@ -4,15 +4,22 @@ gradebook and the dashboard (each imports it; it imports none of them).
 :class:`StudentGrade` is one row; :func:`apply_report` fills its scores and report flags from
 a student's JSON report; :func:`default_rows` and :func:`write_csv` write the gradebook CSV,
 every cell through :func:`escape_cell`; :func:`problem_key` orders problem ids (2.10 after 2.9).
+:func:`save_rows` leaves the gradebook's final rows beside the reports (:data:`ROWS_FILE`), so the
+dashboard shows every flag the CSV has, whichever flow (batch or Slurm) wrote it.
 """
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.layout import STUDENT_FILES
-from grader.protocol import printable
+from grader.protocol import printable, write_atomic
+
+# The gradebook's rows, beside the students' reports: no student's file can have this name
+# (student files are named by course.discovery.safe_file_name, which never writes "@").
+ROWS_FILE = "gradebook@class.json"
 
 
 @dataclass
@@ -33,6 +40,8 @@ class StudentGrade:
 
 
 def apply_report(outcome: StudentGrade, report: dict) -> None:
+    """Scores per problem, total, max_score and the report's own flags: ``needs_review``
+    whenever the report asks for a person, whatever the reason."""
     for criterion in report["criteria"]:
         problem = criterion["problem"]
         outcome.problems[problem] = outcome.problems.get(problem, 0) + criterion["earned"]
@@ -47,7 +56,8 @@ def apply_report(outcome: StudentGrade, report: dict) -> None:
     findings = report.get("policy_findings")
     if isinstance(findings, list) and findings:
         outcome.flags.append(f"policy_findings={len(findings)}")
-    if report.get("needs_review") is True and "needs_review" not in outcome.flags:
+    reasons = report.get("review_reasons")
+    if (report.get("needs_review") is True or (isinstance(reasons, list) and reasons)) and "needs_review" not in outcome.flags:
         outcome.flags.append("needs_review")
     blocked = report.get("blocked_points")
     if isinstance(blocked, (int, float)) and blocked:
@@ -78,3 +88,21 @@ def default_rows(outcomes: list[StudentGrade]) -> list[list[object]]:
 def write_csv(path: Path, rows: list[list]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows([[escape_cell(cell) for cell in row] for row in rows])
+
+
+def save_rows(reports: Path, outcomes: list[StudentGrade]) -> None:
+    """The gradebook's rows as the CSV has them, into ``reports``/:data:`ROWS_FILE`."""
+    rows = [{"student": o.student, "status": o.status, "score": o.score, "max_score": o.max_score, "flags": o.flags,
+             "detail": o.detail, "report": o.report_path.name} for o in outcomes]
+    reports.mkdir(parents=True, exist_ok=True)
+    write_atomic(reports / ROWS_FILE, json.dumps(rows, indent=1) + "\n")
+
+
+def load_rows(reports: Path) -> dict[str, dict]:
+    """``{report file name: row}`` from :func:`save_rows`; empty when there is none or it is unreadable."""
+    try:
+        rows = json.loads((reports / ROWS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {row["report"]: row for row in rows if isinstance(row, dict) and isinstance(row.get("report"), str)
+            and isinstance(row.get("student"), str) and isinstance(row.get("flags"), list)} if isinstance(rows, list) else {}
