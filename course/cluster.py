@@ -57,7 +57,13 @@ from grader.layout import REPOSITORY
 from grader.protocol import write_atomic
 
 KINDS = ("cpu", "gpu")
+PREVIOUS_PLAN = "plan.previous.json"
 SBATCH_SECONDS = 120  # sbatch without --wait answers at once; a controller that does not is down
+GPU_CHECK_SECONDS = 180  # importing torch on a busy login node
+# The GPU array's interpreter: a CUDA build of torch (checked before submitting), and on the
+# node, CUDA usable (checked in the job's first step).
+CUDA_BUILD = "import sys, torch; sys.exit(0 if torch.version.cuda else 3)"
+CUDA_USABLE = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
 
 
 @dataclass
@@ -95,6 +101,21 @@ def load_plan(path: Path) -> Plan:
         return Plan(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError) as error:
         raise OptionsError(f"{path}: not a plan written by `python -m course slurm write`: {error}") from None
+
+
+def gpu_python_problem(python: str, where: str) -> str:
+    return (f"--gpu: {python} cannot run torch with CUDA {where} (the course .venv has the CPU build by "
+            "default): give the GPU nodes' interpreter with --gpu-python PATH")
+
+
+def check_gpu_python(python: str) -> None:
+    """Raises OptionsError unless ``python`` imports a CUDA build of torch (this node may have no GPU)."""
+    try:
+        result = subprocess.run([python, "-c", CUDA_BUILD], capture_output=True, timeout=GPU_CHECK_SECONDS)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise OptionsError(gpu_python_problem(python, f"({type(error).__name__})")) from None
+    if result.returncode != 0:
+        raise OptionsError(gpu_python_problem(python, "(no CUDA build of torch)"))
 
 
 def gpu_criteria() -> tuple[list[str], int]:
@@ -149,6 +170,8 @@ def array_script(plan: Plan, plan_path: Path, args: argparse.Namespace, gpus: in
     lines += ["set -euo pipefail", f"cd {shlex.quote(str(REPOSITORY))}"]
     if gpu:
         lines.append("nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv || true")
+        python = shlex.quote(plan.grader_command[0])
+        lines.append(f"{python} -c {shlex.quote(CUDA_USABLE)} || {{ echo {shlex.quote(gpu_python_problem(plan.grader_command[0], 'on this node'))} >&2; exit 3; }}")
     lines.append(f"exec {shlex.quote(plan.grader_command[0])} -m course slurm task {shlex.quote(str(plan_path))}")
     return "\n".join(lines) + "\n"
 
@@ -193,6 +216,8 @@ def write(args: argparse.Namespace) -> list[Path]:
         only, gpus = gpu_criteria() if kind == "gpu" else (args.only, 0)
         reports = gradebook.reports_folder(csv_path) / ("gpu" if kind == "gpu" else "")
         python = (args.gpu_python or args.python) if kind == "gpu" else args.python
+        if kind == "gpu":
+            check_gpu_python(python)
         plan = Plan(
             kind=kind, run=f"slurm-{kind}-{secrets.token_hex(4)}", csv=str(csv_path), reports=str(reports.resolve()),
             tasks=max(1, math.ceil(len(students) / args.per_task)), jobs=1 if kind == "gpu" else args.jobs,
@@ -201,6 +226,8 @@ def write(args: argparse.Namespace) -> list[Path]:
         )
         plan_path = folder / kind / "plan.json"
         plan_path.parent.mkdir(exist_ok=True)
+        if plan_path.exists():  # kept until this plan is submitted: a failed submit puts it back
+            os.replace(plan_path, plan_path.with_name(PREVIOUS_PLAN))
         write_atomic(plan_path, json.dumps(asdict(plan), indent=1) + "\n")
         script = plan_path.parent / "grade.sbatch"
         script.write_text(array_script(plan, plan_path, args, gpus))
@@ -229,10 +256,24 @@ def _sbatch(arguments: list[str], wait: bool = False) -> tuple[str, int]:
 
 
 def submit(scripts: list[Path], csv_path: Path, wait: bool) -> int:
-    """Submit the arrays, then the merge after them (job ids in ``jobs.json``); with
-    ``wait``, the merge job's exit status once it has ended, else 0."""
+    """Submit the arrays, then the merge after those that went in (job ids in ``jobs.json``);
+    with ``wait``, the merge job's exit status once it has ended, else 0 (1 when an array was
+    refused). A refused array's plan is withdrawn (the one before it, if any, put back), so no
+    later merge waits for students it never graded."""
     *arrays, merge_job = scripts
-    jobs = {script.parent.name: _sbatch([str(script)])[0] for script in arrays}
+    jobs, refused = {}, []
+    for script in arrays:
+        try:
+            jobs[script.parent.name] = _sbatch([str(script)])[0]
+        except OptionsError as error:
+            _withdraw(script.parent)
+            refused.append(f"the {script.parent.name} array was not submitted, its plan withdrawn: {error}")
+        else:
+            (script.parent / PREVIOUS_PLAN).unlink(missing_ok=True)
+    for line in refused:
+        print(line)
+    if not jobs:
+        raise OptionsError("no array was submitted")
     write_atomic(slurm_folder(csv_path) / "jobs.json", json.dumps(jobs) + "\n")
     for kind, job in jobs.items():
         print(f"submitted the {kind} array: job {job}")
@@ -244,7 +285,16 @@ def submit(scripts: list[Path], csv_path: Path, wait: bool) -> int:
     print(f"submitted the merge: job {jobs['merge']}, after {', '.join(v for k, v in jobs.items() if k != 'merge')}")
     if status != 0:
         print(f"the merge job failed (exit status {status}): see {slurm_folder(csv_path) / 'logs'}/merge-{jobs['merge']}.out")
-    return status
+    return status or (1 if refused else 0)
+
+
+def _withdraw(folder: Path) -> None:
+    """The plan of ``folder`` no longer counts; the one it replaced (if any) counts again."""
+    previous = folder / PREVIOUS_PLAN
+    if previous.exists():
+        os.replace(previous, folder / "plan.json")
+    else:
+        (folder / "plan.json").unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- task

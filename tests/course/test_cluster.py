@@ -46,13 +46,22 @@ def make_class(folder: Path) -> Path:
     return folder
 
 
+def cuda_python(folder: Path) -> Path:
+    """An interpreter that passes both CUDA checks, at write and in the job (and otherwise is this one)."""
+    path = folder / "cuda-python"
+    path.write_text(f'#!/bin/bash\n[ "$1" = -c ] && [[ "$2" == *torch.version.cuda* || "$2" == *torch.cuda.is_available* ]] && exit 0\n'
+                    f'exec {sys.executable} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
 def test_write_makes_plans_and_scripts(tmp_path):
     make_class(tmp_path / "class")
     (tmp_path / "class" / "__MACOSX").mkdir()
     csv_path = tmp_path / "out" / "grades.csv"
     code = cli.main(["slurm", "write", str(tmp_path / "class"), "--csv", str(csv_path), "--per-task", "2", "--only", "2.1",
                          "--gpu", "--partition", "short", "--gpu-partition", "gpu", "--sbatch=--account=cs101",
-                         "--timeout", "120", "--jobs", "2"])
+                         "--timeout", "120", "--jobs", "2", "--gpu-python", str(cuda_python(tmp_path))])
     assert code == 0
     folder = cluster.slurm_folder(csv_path)
     cpu = json.loads((folder / "cpu" / "plan.json").read_text())
@@ -68,6 +77,8 @@ def test_write_makes_plans_and_scripts(tmp_path):
         assert line in script.splitlines(), line
     gpu_script = (folder / "gpu" / "grade.sbatch").read_text()
     assert "#SBATCH --gres=gpu:2" in gpu_script and "#SBATCH --partition=gpu" in gpu_script and "nvidia-smi" in gpu_script
+    check = next(line for line in gpu_script.splitlines() if "torch.cuda.is_available()" in line)  # the job's first step
+    assert check.startswith(str(cuda_python(tmp_path))) and "--gpu-python" in check and check.endswith("exit 3; }")
     merge = (folder / "merge.sbatch").read_text()
     assert f"-m course slurm merge --csv {csv_path.resolve()}" in merge
     for path in (folder / "cpu" / "grade.sbatch", folder / "gpu" / "grade.sbatch", folder / "merge.sbatch"):
@@ -89,6 +100,62 @@ def test_bad_slurm_usage_is_refused(tmp_path, capsys):
         assert cli.main(argv) == 2, argv
         assert message in capsys.readouterr().err, argv
     assert not cluster.slurm_folder(tmp_path / "g.csv").exists()
+
+
+@pytest.mark.timeout(400)  # imports torch for the check on a busy machine
+def test_gpu_write_refuses_a_python_without_cuda(tmp_path, capsys):
+    """The course .venv's torch is the CPU build: `--gpu` with it stops before anything is
+    written, in one line naming --gpu-python (issue 23, item 7)."""
+    (tmp_path / "class" / "a").mkdir(parents=True)
+    csv_path = tmp_path / "g.csv"
+    assert cli.main(["slurm", "write", str(tmp_path / "class"), "--csv", str(csv_path), "--gpu-only",
+                     "--gpu-python", str(tmp_path / "no-such-python")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "--gpu-python" in error and "no-such-python" in error
+    assert not (cluster.slurm_folder(csv_path) / "gpu" / "plan.json").exists()
+    import torch  # this interpreter: the CPU build here, so it must be refused too (else this check is moot)
+
+    if torch.version.cuda is None:
+        assert cli.main(["slurm", "write", str(tmp_path / "class"), "--csv", str(csv_path), "--gpu-only"]) == 2
+        assert "--gpu-python" in capsys.readouterr().err
+
+
+FAKE_SBATCH = textwrap.dedent("""\
+    #!/bin/bash
+    # Accepts the CPU array and the merge; refuses the GPU array, as a wrong --gpu-partition does.
+    for argument in "$@"; do
+      case "$argument" in */gpu/grade.sbatch) echo "sbatch: error: invalid partition specified: gpux" >&2; exit 1;; esac
+    done
+    echo $(( RANDOM + 100 ))
+    """)
+
+
+def test_a_refused_gpu_array_does_not_break_later_merges(tmp_path, monkeypatch, capsys):
+    """The GPU array's sbatch fails: its plan is withdrawn, the merge still goes in after the
+    CPU array, and merging later flags nobody's GPU task as died (issue 23, item 6)."""
+    for name in ("ada", "zero"):
+        (tmp_path / "class" / name).mkdir(parents=True)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sbatch").write_text(FAKE_SBATCH)
+    (tmp_path / "bin" / "sbatch").chmod(0o755)
+    (tmp_path / "fake_grader.py").write_text(FAKE_GRADER)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("GRADER_SLOT_LOCKS", str(tmp_path / "locks"))
+    csv_path = tmp_path / "grades.csv"
+    assert cli.main(["slurm", "write", str(tmp_path / "class"), "--csv", str(csv_path), "--gpu", "--submit",
+                     "--gpu-python", str(cuda_python(tmp_path))]) == 1
+    out = capsys.readouterr().out
+    assert "the gpu array was not submitted, its plan withdrawn: " in out and "invalid partition" in out
+    assert "submitted the cpu array" in out and "submitted the merge" in out
+    folder = cluster.slurm_folder(csv_path)
+    assert not (folder / "gpu" / "plan.json").exists() and set(json.loads((folder / "jobs.json").read_text())) == {"cpu", "merge"}
+    plan_path = folder / "cpu" / "plan.json"
+    plan_path.write_text(json.dumps({**json.loads(plan_path.read_text()), "grader_command": [sys.executable, str(tmp_path / "fake_grader.py")]}))
+    assert cluster.run_task(plan_path, 0, lambda line: None) == 0
+    for _ in range(2):  # a later merge too
+        cluster.merge(csv_path, gradebook.Options(), progress=lambda line: None)
+        rows = read_csv(csv_path)
+        assert (rows["ada"]["flags"], rows["zero"]["flags"]) == ("", ""), rows
 
 
 def test_a_task_that_died_is_a_flagged_row(tmp_path, monkeypatch):
@@ -155,17 +222,23 @@ def test_slurm_array_grades_like_batch(slurm, tmp_path):
     make_class(tmp_path / "class")
     only = ["--only", "2.1", "2.2-backward"]
     started = time.monotonic()
-    # slurm merge runs no similarity pass (a course runs it with `batch` or reads the reports): compare without it
-    grade("batch", str(tmp_path / "class"), "--csv", str(tmp_path / "batch" / "grades.csv"), "--jobs", "2", "--no-similarity", *only)
+    # one code path: the same similarity pass and dashboard after the Slurm merge as after batch
+    grade("batch", str(tmp_path / "class"), "--csv", str(tmp_path / "batch" / "grades.csv"), "--jobs", "2",
+          "--html", str(tmp_path / "batch.html"), *only)
     batch_seconds = time.monotonic() - started
     started = time.monotonic()
     result = grade("slurm", "write", str(tmp_path / "class"), "--csv", str(tmp_path / "slurm" / "grades.csv"), *only,
                    "--per-task", "1", "--cpus-per-task", "1", "--mem", "1G", "--timeout", "120", "--submit", "--wait",
-                   env=slurm.env)
+                   "--html", str(tmp_path / "slurm.html"), env=slurm.env)
     print(f"batch --jobs 2: {batch_seconds:.1f} s; slurm array of 3 tasks + merge: {time.monotonic() - started:.1f} s")
     assert "submitted the cpu array: job" in result.stdout and "merged ->" in result.stdout, result.stdout
     by_batch, by_slurm = read_csv(tmp_path / "batch" / "grades.csv"), read_csv(tmp_path / "slurm" / "grades.csv")
     assert comparable(by_slurm) == comparable(by_batch)
+    pairs = {kind: (gradebook.reports_folder(tmp_path / kind / "grades.csv") / "similarity@class.json").read_text()
+             for kind in ("batch", "slurm")}
+    assert json.loads(pairs["slurm"])["pairs"] == json.loads(pairs["batch"])["pairs"]
+    for page in ("batch.html", "slurm.html"):
+        assert 'data-count="students">3<' in (tmp_path / page).read_text(), page
     assert (by_slurm["key"]["2.1"], by_slurm["key"]["2.2"], by_slurm["key"]["flags"]) == ("8", "5", "")
     assert (by_slurm["stub"]["total"], by_slurm["wrong"]["total"], by_slurm["wrong"]["2.2"]) == ("0", "8", "0")
     logs = sorted((cluster.slurm_folder(tmp_path / "slurm" / "grades.csv") / "logs").glob("cpu-*.out"))
@@ -181,6 +254,7 @@ def test_cpu_and_gpu_arrays_in_one_submission(slurm, tmp_path):
     csv_path = tmp_path / "grades.csv"
     started = time.monotonic()
     result = grade("slurm", "write", str(tmp_path / "class"), "--csv", str(csv_path), "--only", "2.1", "--gpu",
+                   "--gpu-python", str(cuda_python(tmp_path)),
                    "--cpus-per-task", "1", "--mem", "1G", "--gpu-cpus-per-task", "1", "--gpu-mem", "1G",
                    "--timeout", "120", "--submit", "--wait", env=slurm.env)
     print(f"CPU and GPU arrays of one student + merge: {time.monotonic() - started:.1f} s")

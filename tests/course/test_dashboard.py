@@ -204,10 +204,10 @@ def test_the_near_copy_pair_and_the_students_to_look_at(graded, dom):
     assert "yield [(wave - stage, stage)" in copied and "yield [(tick - stage, stage)" in copied  # both sides' code
 
     look_at = {row.find_all("a")[0].text: row for row in dom.find_all("tr") if "data-student" in row.attrs}
-    assert set(look_at) == {"key", "near-copy", "wrong-schedule", HOSTILE}
+    assert set(look_at) == {"key", "near-copy", "wrong-schedule", "stubs", HOSTILE}  # stubs: 0 points
     kinds = lambda name: {b.attrs["data-kind"] for b in look_at[name].find_all("span")}  # noqa: E731
     assert kinds("wrong-schedule") == {"missing"} and "missing tensor_parallel.py" in look_at["wrong-schedule"].text
-    assert kinds("key") == {"similar"} and "review" in kinds(HOSTILE)
+    assert kinds("key") == {"similar"} and "review" in kinds(HOSTILE) and kinds("stubs") == {"zero"}
 
     sections = {e.find_all("summary")[0].text.split(" · ")[0].strip(): e for e in dom.find_all("details", **{"class": "student"})}
     assert set(sections) == set(STUDENTS)

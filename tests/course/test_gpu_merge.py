@@ -76,7 +76,16 @@ def test_gpu_results_reach_the_csv_canvas_and_json(tmp_path):
     assert json.loads((reports / "dave.json").read_text()) == CPU  # a smoke run measured nothing
     with open(tmp_path / "canvas.csv", newline="") as handle:
         canvas_scores = {row["Student"]: row["HW5 (77)"] for row in csv.DictReader(handle)}
-    assert canvas_scores["alice"] == "18" and canvas_scores["carol"] == "8" and canvas_scores["ghost"] == ""
+    # criteria blocked until a GPU run (carol, dave, frank): an empty cell, "no change" for Canvas
+    assert canvas_scores == {"alice": "18", "bob": "8", "carol": "", "dave": "", "erin": "18", "frank": "", "ghost": ""}
+    lines = []
+    gradebook.finish([StudentGrade(**vars(o)) for o in outcomes], students, csv_path,
+                     gradebook.Options(canvas=tmp_path / "canvas.csv", assignment="HW5 (77)", canvas_without_gpu=True),
+                     "run", progress=lines.append)
+    with open(tmp_path / "canvas.csv", newline="") as handle:
+        canvas_scores = {row["Student"]: row["HW5 (77)"] for row in csv.DictReader(handle)}
+    assert (canvas_scores["carol"], canvas_scores["frank"]) == ("8", "8")  # a class graded without GPUs
+    assert not any("EMPTY cell" in line for line in lines)
 
 
 def test_gpu_reports_elsewhere_and_none_at_all(tmp_path):
