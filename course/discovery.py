@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
 from course import canvas
-from grader.submission import MAX_ARCHIVE_BYTES, STUDENT_FILES, SubmissionNotFound, load_submission
+from grader.submission import MAX_ARCHIVE_BYTES, STUDENT_FILES, SubmissionNotFound, load_submission, renamed_student_file
 
 ARCHIVES = (".zip", ".tar.gz", ".tgz")
 MAX_DOWNLOAD_ENTRIES = 100_000
@@ -131,8 +131,10 @@ def _unpack(submission: canvas.CanvasSubmission, read: Callable[[str], bytes], u
     folder.mkdir()
     flags = ["late"] if submission.late else []
     for original, file in sorted(submission.files.items()):
+        # a browser's rename ("pipeline (1).py") keeps its name, for the grader to recognise
+        name = original if renamed_student_file(original) else safe_file_name(original)
         try:
-            (folder / safe_file_name(original)).write_bytes(read(file.entry))
+            (folder / name).write_bytes(read(file.entry))
         except (OSError, ValueError) as error:
             flags += [f"unreadable_file:{safe_file_name(original)}", "needs_review"]
             (folder / f"{safe_file_name(original)}.unreadable.txt").write_text(f"{file.entry}: {error}\n")
