@@ -135,8 +135,9 @@ def load_students(reports: Path) -> list[Student]:
     return students
 
 
-# Gradebook flags the page already says in its own words (similar pairs, missing files).
-SAID_ELSEWHERE = ("needs_review", "similar_to=", "missing:")
+# Gradebook flags the page says in its own words (similar pairs, missing files, blocked criteria,
+# the report's own review reasons and errors) or that ask for no one (late).
+SAID_ELSEWHERE = ("needs_review", "similar_to=", "missing:", "blocked_points=", "policy_findings=", "criterion_errors=", "late")
 
 
 def review_reasons(student: Student) -> list[tuple[str, str]]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import hashlib
 import importlib.util
 import io
 import json
@@ -160,9 +161,21 @@ def read_stubs(folder: Path = STUBS) -> dict[str, str]:
     return {name: path.read_text() for name, path in stubs.items()}
 
 
-def _fingerprint(text: str, boilerplate=None, window: int = GUARANTEE - NOISE + 1):
-    from copydetect import CodeFingerprint  # imports matplotlib: only when the pass runs
+def _stable_kgram_hashes(string: str, k: int):
+    """copydetect's k-gram hashes, with a hash that is the same in every process: Python's
+    ``hash`` of a str is salted per process, so batch and a Slurm merge (two processes) would
+    winnow different fingerprints and report different overlaps for the same pair."""
+    import numpy as np
 
+    return np.array([int.from_bytes(hashlib.blake2b(string[offset:offset + k].encode(), digest_size=8).digest(),
+                                    "little", signed=True) for offset in range(len(string) - k + 1)], dtype=np.int64)
+
+
+def _fingerprint(text: str, boilerplate=None, window: int = GUARANTEE - NOISE + 1):
+    import copydetect.utils  # imports matplotlib: only when the pass runs
+    from copydetect import CodeFingerprint
+
+    copydetect.utils.hashed_kgrams = _stable_kgram_hashes
     return CodeFingerprint("student.py", NOISE, window, boilerplate=boilerplate, fp=io.StringIO(text))
 
 
@@ -185,7 +198,7 @@ def _regions(text: str, slices, given: set[str]) -> list[Region]:
     starts = [0] + [i + 1 for i, char in enumerate(text) if char == "\n"]
     lines = text.splitlines()
     ranges: list[list[int]] = []
-    for start, end in zip(*slices):
+    for start, end in sorted(zip(*(map(int, side) for side in slices))):  # copydetect's order varies by hash seed
         first, last = bisect.bisect_right(starts, int(start)), bisect.bisect_right(starts, max(int(end) - 1, 0))
         if ranges and all(_is_given(line, given) for line in lines[ranges[-1][1]:first - 1]):
             ranges[-1][1] = max(ranges[-1][1], last)

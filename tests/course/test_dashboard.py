@@ -256,7 +256,7 @@ def test_dashboard_command_rebuilds_the_page_from_the_reports(graded, tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "6 students, 4 to look at, 1 similar pairs" in result.stdout
+    assert "6 students, 5 to look at, 1 similar pairs" in result.stdout
     text = page.read_text()
     assert "<title>HW &lt;5&gt;</title>" in text and 'data-a="key" data-b="near-copy"' in text
 
