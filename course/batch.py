@@ -114,10 +114,13 @@ def run_batch(
     only: list[str] | None = None,
     grader_command: list[str] | None = None,
     progress=print,
+    rerun_failed: bool = False,
 ) -> list[StudentGrade]:
     """Grade every student of ``folder``, then do what ``options`` asks for (the similarity
     pass, the CSV, Canvas's file, the dashboard: :func:`course.gradebook.finish`, as ``slurm
-    merge`` does); return the rows in name order.
+    merge`` does); return the rows in name order. With ``rerun_failed``, grade only the
+    students whose last run (of ``batch`` or Slurm, for this CSV) was killed, timed out,
+    failed or never recorded (a Slurm task that died); keep everyone else's results.
 
     Raises:
         DiscoveryError, OptionsError, RosterError: the folder cannot be read, or the options do
@@ -132,8 +135,23 @@ def run_batch(
     reports = gradebook.reports_folder(csv_path)
     reports.mkdir(parents=True, exist_ok=True)
     run = f"batch-{secrets.token_hex(4)}"
-    outcomes = grade_all(students, reports, timeout, grader_command, only, max(1, jobs), run, progress)
-    return gradebook.finish(outcomes, students, csv_path, options, run, progress)
+    kept = previous_results(students, reports) if rerun_failed else {}
+    if rerun_failed:
+        progress(f"--rerun-failed: {len(students) - len(kept)} of {len(students)} students to grade again")
+    graded = grade_all([s for s in students if s.name not in kept], reports, timeout, grader_command, only,
+                       max(1, jobs), run, progress)
+    by_name = {o.student: o for o in graded} | kept
+    return gradebook.finish([by_name[s.name] for s in students], students, csv_path, options, run, progress)
+
+
+def previous_results(students: list[Student], reports: Path) -> dict[str, StudentGrade]:
+    """The students whose last recorded run finished (status ``graded``), with that record."""
+    kept = {}
+    for student in students:
+        record = gradebook.load_outcome(student.name, reports / "outcomes", None)
+        if record is not None and record.status == "graded":
+            kept[student.name] = record
+    return kept
 
 
 def grade_all(
@@ -183,13 +201,19 @@ def add_gradebook_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a class graded without GPUs: write the CPU score to Canvas for students whose GPU "
                              "criteria are blocked (default: an empty cell until the GPU merge)")
     parser.add_argument("--html", type=Path, help="also write the class dashboard (one HTML file) here")
+    parser.add_argument("--adjustments", type=Path, metavar="FILE",
+                        help="late penalties, extensions and manual overrides per student (a CSV: student,late_penalty,"
+                             "override,reason); the CSV gets a final column, Canvas the final score")
+    parser.add_argument("--feedback", type=Path, metavar="DIR",
+                        help="also write each student's feedback (their view of the report) to DIR/<student>.txt")
 
 
 def gradebook_options(args: argparse.Namespace) -> gradebook.Options:
     """The options of a command line; the similarity pass where the command has its options."""
     threshold = None if getattr(args, "no_similarity", True) else args.similarity_threshold
     return gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports, args.html,
-                             threshold, getattr(args, "public_solutions", None), args.canvas_without_gpu)
+                             threshold, getattr(args, "public_solutions", None), args.canvas_without_gpu, args.adjustments,
+                             args.feedback)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -200,6 +224,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per student before it is killed")
     parser.add_argument("--only", nargs="+", action="extend", metavar="PROBLEM_OR_ID",
                         help="grade only these criteria; where a report exists, regrade them and keep the others")
+    parser.add_argument("--rerun-failed", action="store_true",
+                        help="grade again only the students whose last run for this CSV was killed, timed out, failed "
+                             "or died with its Slurm task; keep the others' results")
     add_gradebook_arguments(parser)
     similarity.add_arguments(parser)
 
@@ -220,7 +247,8 @@ def run(args: argparse.Namespace) -> int:
         return usage_error("batch", problem)
     start = time.monotonic()
     try:
-        outcomes = run_batch(args.folder, args.csv, args.jobs, args.timeout, gradebook_options(args), args.only)
+        outcomes = run_batch(args.folder, args.csv, args.jobs, args.timeout, gradebook_options(args), args.only,
+                             rerun_failed=args.rerun_failed)
     except (DiscoveryError, OptionsError, RosterError) as error:
         return usage_error("batch", str(error))
     review = [o.student for o in outcomes if "needs_review" in o.flags]

@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from course import canvas, regrade, similarity
+from course import adjustments, canvas, feedback, regrade, similarity
 from course.discovery import Student, safe_file_name
 from course.outcomes import StudentGrade, apply_report, default_rows, escape_cell, save_rows, write_csv
 from grader.protocol import read_json_report, write_atomic
@@ -32,6 +32,7 @@ CHANGELOG_COLUMNS = ("when", "run", "student", "criterion", "old_points", "new_p
 # Flags that come from a student's JSON report; recomputed when GPU results change it.
 REPORT_FLAGS = ("missing:", "criterion_errors=", "policy_findings=", "blocked_points=")
 GPU_SOURCE = "GPU run"
+OVERRIDE = "total (override)"  # the changelog's criterion for a manual override (course.adjustments)
 
 
 @dataclass
@@ -49,8 +50,10 @@ class Options:
     similarity_threshold: float | None = None
     public_solutions: Path | None = None
     canvas_without_gpu: bool = False
+    adjustments: Path | None = None
+    feedback: Path | None = None
 
-    PATHS = ("canvas", "roster", "gpu_reports", "html", "public_solutions")
+    PATHS = ("canvas", "roster", "gpu_reports", "html", "public_solutions", "adjustments", "feedback")
 
     def to_json(self) -> dict:
         return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(self).items()}
@@ -81,7 +84,10 @@ def check(options: Options, students: list[Student]) -> canvas.Roster | None:
         canvas.OptionsError: Canvas output without an assignment header, or folders whose names
             could be anything (no --roster and no --name-is).
         canvas.RosterError: an unreadable roster.
+        adjustments.AdjustmentsError: an adjustments file that cannot be used.
     """
+    if options.adjustments is not None:
+        adjustments.read(options.adjustments)  # a bad file is said before anyone is graded
     if options.name_is is not None and options.name_is not in canvas.NAME_IS:
         raise canvas.OptionsError(f"--name-is {options.name_is!r}: expected one of {', '.join(canvas.NAME_IS)}")
     if options.canvas is None:
@@ -218,8 +224,16 @@ def write_changelog(path: Path, run: str, outcomes: list[StudentGrade]) -> int:
         return 0
     if path.exists():
         with open(path, newline="", encoding="utf-8") as handle:
-            if any(row.get("run") == run for row in csv.DictReader(handle)):
-                return 0
+            logged = list(csv.DictReader(handle))
+        if any(row.get("run") == run for row in logged):
+            return 0
+        # an override is applied at every build of the gradebook: logged once per value
+        said = {(row.get("student"), row.get("criterion"), row.get("new_points"), row.get("new_status")) for row in logged}
+        rows = [(student, change) for student, change in rows if change["criterion"] != OVERRIDE
+                or (escape_cell(student), escape_cell(OVERRIDE), escape_cell(change["new_points"]),
+                    escape_cell(change["new_status"])) not in said]
+        if not rows:
+            return 0
     when = time.strftime("%Y-%m-%d %H:%M:%S")
     with open(path, "a", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -246,13 +260,16 @@ def finish(
     if gpu_folder.is_dir():
         outcomes = outcomes + merge_gpu(outcomes, gpu_folder)
     identities = identify_all(outcomes, students, roster, options)
-    write_csv(csv_path, default_rows(outcomes))
+    finals = apply_adjustments(outcomes, options.adjustments, progress) if options.adjustments else None
+    write_csv(csv_path, default_rows(outcomes, finals))
     if options.canvas is not None:
-        write_canvas(outcomes, identities, roster, options, progress)
+        write_canvas(outcomes, identities, roster, options, progress, finals or {})
     save_rows(reports, outcomes)
     changed = write_changelog(changelog_path(csv_path), run, outcomes)
     if changed:
         progress(f"regrade: {changed} criterion result(s) changed -> {changelog_path(csv_path)}")
+    if options.feedback is not None:
+        progress(f"feedback: {feedback.write_all(outcomes, options.feedback, finals)} files -> {options.feedback}")
     if options.html is not None:
         from course.dashboard import write  # Jinja2: only when a dashboard is asked for
 
@@ -275,8 +292,28 @@ def identify_all(outcomes: list[StudentGrade], students: list[Student], roster: 
     return identities
 
 
+def apply_adjustments(outcomes: list[StudentGrade], path: Path, progress=print) -> dict[str, float | None]:
+    """``{student: final score}`` with the file's penalties and overrides (the raw score stays
+    in ``outcome.score``); flags say which applied; a new override goes into the changelog."""
+    table = adjustments.read(path)
+    finals = {}
+    for outcome in outcomes:
+        adjustment = table.pop(outcome.student, None)
+        if adjustment is None:
+            continue
+        finals[outcome.student] = adjustment.final(outcome.score)
+        outcome.flags = list(dict.fromkeys([*outcome.flags, *adjustment.flags()]))
+        if adjustment.override is not None:
+            outcome.changes.append({"criterion": OVERRIDE, "old_points": outcome.score,
+                                    "new_points": adjustment.override, "old_status": "",
+                                    "new_status": f"override: {adjustment.reason}".strip()})
+    if table:
+        progress(f"adjustments: no student named {', '.join(sorted(table))} in this class ({path})")
+    return finals
+
+
 def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] | None], roster: canvas.Roster | None,
-                 options: Options, progress=print) -> None:
+                 options: Options, progress=print, finals: dict[str, float | None] | None = None) -> None:
     """Canvas's import: one row per student Canvas can match (the others are named in a line);
     an empty cell ("no change") for a score that is not trustworthy or not complete (criteria
     blocked until the GPU merge, unless ``canvas_without_gpu``); a warning when the scores are
@@ -290,7 +327,8 @@ def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] |
         blocked = any(f.startswith("blocked_points=") for f in outcome.flags) and not options.canvas_without_gpu
         if blocked:
             waiting.append(outcome.student)
-        rows.append((identity, None if blocked else outcome.score))
+        score = (finals or {}).get(outcome.student, outcome.score)
+        rows.append((identity, None if blocked else score))
     write_csv(options.canvas, canvas.import_rows(options.assignment or "", rows))
     if unknown:
         progress(f"Canvas: {len(unknown)} student(s) left out of {options.canvas}, flagged in the CSV "

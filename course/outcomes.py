@@ -76,12 +76,16 @@ def problem_key(problem: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in problem.split("."))
 
 
-def default_rows(outcomes: list[StudentGrade]) -> list[list[object]]:
+def default_rows(outcomes: list[StudentGrade], finals: dict[str, float | None] | None = None) -> list[list[object]]:
+    """The gradebook CSV's rows; with ``finals`` (the course's adjustments), a ``final``
+    column after the grader's raw ``total``."""
     problems = sorted({p for o in outcomes for p in o.problems}, key=problem_key)
-    rows: list[list[object]] = [["student", *problems, "total", "max_score", "status", "flags", "report"]]
+    final = ["final"] if finals is not None else []
+    rows: list[list[object]] = [["student", *problems, "total", *final, "max_score", "status", "flags", "report"]]
     for o in outcomes:
         scores = [o.problems.get(p) if o.score is not None else None for p in problems]
-        rows.append([o.student, *scores, o.score, o.max_score, o.status, ";".join(o.flags), str(o.report_path)])
+        adjusted = [finals.get(o.student, o.score)] if finals is not None else []
+        rows.append([o.student, *scores, o.score, *adjusted, o.max_score, o.status, ";".join(o.flags), str(o.report_path)])
     return rows
 
 

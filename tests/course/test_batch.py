@@ -52,6 +52,20 @@ FAKE_GRADER = textwrap.dedent('''\
     ''')
 
 
+# Every student gets 1 point; the names graded are appended to a file (argv[1]).
+FIXED_GRADER = textwrap.dedent('''\
+    import json, sys
+    from pathlib import Path
+    graded, path, report = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[4])
+    with open(graded, "a") as log:
+        log.write(path.name + "\\n")
+    criteria = [{"id": "2.1-schedule", "problem": "2.1", "title": "t", "points": 8, "earned": 1, "status": "failed",
+                 "message": "", "seconds": 0.1}]
+    report.write_text(json.dumps({"schema_version": 1, "submission": str(path), "files": {"pipeline.py": "0" * 64,
+        "tensor_parallel.py": "1" * 64}, "environment": {}, "score": 1, "max_score": 8, "criteria": criteria}))
+    ''')
+
+
 def make_class(folder: Path) -> None:
     for name in ("alice", "crash", "garbage", "future", "hang", "=HYPERLINK(1)"):
         (folder / name).mkdir(parents=True)
@@ -103,6 +117,18 @@ def test_misbehaving_students_never_stop_the_batch(tmp_path, monkeypatch):
         time.sleep(0.05)
     assert not status.exists() or "zombie" in status.read_text(), "the hung grader's children were not killed"
     assert rows["=HYPERLINK(1)"]["student"] == "'=HYPERLINK(1)"
+
+    # --rerun-failed: only the killed, timed-out and failed students run again; the others keep their results
+    (tmp_path / "fixed_grader.py").write_text(FIXED_GRADER)
+    again = []
+    batch.run_batch(tmp_path / "class", tmp_path / "out" / "grades.csv", jobs=2, timeout=20, progress=again.append,
+                    grader_command=[sys.executable, str(tmp_path / "fixed_grader.py"), str(tmp_path / "graded.txt")],
+                    rerun_failed=True)
+    assert again[1] == "--rerun-failed: 4 of 7 students to grade again", again
+    assert sorted((tmp_path / "graded.txt").read_text().split()) == ["crash", "future", "garbage", "hang"]
+    rows = {row["student"].lstrip("'"): row for row in read_csv(tmp_path / "out" / "grades.csv")}
+    assert all(row["status"] == "graded" for row in rows.values()), rows
+    assert rows["alice"]["report"] == alice["report"] and rows["crash"]["total"] == "1"
 
 
 def test_cells_that_look_like_formulas_are_escaped():

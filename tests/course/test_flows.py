@@ -58,7 +58,8 @@ def flows(tmp_path_factory):
     (root / "fake_grader.py").write_text(FAKE_GRADER)
     fake = [sys.executable, str(root / "fake_grader.py")]
     batch.run_batch(root / "class", root / "batch" / "grades.csv", jobs=2, grader_command=fake, progress=print,
-                    options=gradebook.Options(similarity_threshold=similarity.DEFAULT_THRESHOLD, html=root / "batch.html"))
+                    options=gradebook.Options(similarity_threshold=similarity.DEFAULT_THRESHOLD, html=root / "batch.html",
+                                              feedback=root / "feedback"))
     slurm_csv = root / "slurm" / "grades.csv"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GRADER_SLOT_LOCKS", str(root / "locks"))
@@ -144,3 +145,13 @@ def test_the_dashboard_fits_narrow_windows(flows, tmp_path):
         shot.unlink(missing_ok=True)
         chromium_run(page, f"--screenshot={shot}", f"--window-size={width},1600")
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_each_students_feedback_is_a_file_of_their_own(flows):
+    files = sorted(p.name for p in (flows / "feedback").iterdir())
+    assert files == ["bob.txt", "copy.txt", "key.txt", "zero.txt"]
+    zero = (flows / "feedback" / "zero.txt").read_text()
+    assert zero.startswith("Feedback for zero\n") and "Total" in zero and " 0 / 8" in zero and "wave 0: wrong" in zero
+    key = (flows / "feedback" / "key.txt").read_text()
+    assert " 8 / 8" in key and "What went wrong" not in key
+    assert not any(word in key.lower() for word in ("similar", "review", "flag"))  # the TA's business, not the student's
