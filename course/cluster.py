@@ -198,9 +198,7 @@ def merge_script(csv_path: Path, args: argparse.Namespace) -> str:
 def write(args: argparse.Namespace) -> list[Path]:
     """Write the plans and scripts; return the array scripts, the merge script last."""
     csv_path = args.csv.resolve()
-    given = gradebook_options(args)  # the merge runs elsewhere: every path absolute
-    options = gradebook.Options(**{key: value.resolve() if isinstance(value, Path) else value
-                                   for key, value in asdict(given).items()})
+    options = gradebook_options(args).absolute()  # the merge runs elsewhere
     students, notes = discover(args.folder.resolve(), gradebook.submissions_folder(csv_path))
     for note in [*notes, *gradebook.notes(options, gradebook.check(options, students))]:
         print(note)

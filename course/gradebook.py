@@ -18,10 +18,12 @@ Each graded student also leaves an outcome record (status, seconds, flags, chang
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from course import adjustments, canvas, feedback, regrade, similarity
 from course.discovery import Student, safe_file_name
@@ -60,8 +62,14 @@ class Options:
 
     @classmethod
     def from_json(cls, data: dict) -> Options:
-        known = {key: data.get(key) for key in asdict(cls()) if data.get(key) is not None}
-        return cls(**{key: Path(value) if key in cls.PATHS else value for key, value in known.items()})
+        known: dict[str, Any] = {key: data[key] for key in asdict(cls()) if data.get(key) is not None}
+        values: dict[str, Any] = {key: Path(value) if key in cls.PATHS else value for key, value in known.items()}
+        return cls(**values)
+
+    def absolute(self) -> Options:
+        """The same options with every path absolute (for a merge that runs elsewhere)."""
+        return dataclasses.replace(self, **{key: getattr(self, key).resolve() for key in self.PATHS
+                                            if getattr(self, key) is not None})
 
 
 def reports_folder(csv_path: Path) -> Path:
@@ -318,6 +326,7 @@ def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] |
     an empty cell ("no change") for a score that is not trustworthy or not complete (criteria
     blocked until the GPU merge, unless ``canvas_without_gpu``); a warning when the scores are
     out of a total the assignment does not have."""
+    assert options.canvas is not None  # the caller writes Canvas's file only when asked
     rows, unknown, waiting = [], [], []
     for outcome in outcomes:
         identity = identities.get(outcome.student)
@@ -338,7 +347,7 @@ def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] |
                  "import after the GPU merge, or pass --canvas-without-gpu for a class graded without GPUs")
     possible = roster.points_possible(options.assignment or "") if roster is not None else None
     totals = sorted({o.max_score for o in outcomes if o.max_score is not None})
-    if possible is not None and any(total != possible for total in totals):
+    if roster is not None and possible is not None and any(total != possible for total in totals):
         progress(f"WARNING: the scores are out of {', '.join(f'{t:g}' for t in totals)} but the Canvas assignment "
                  f"{options.assignment!r} is worth {possible:g} points (its Points Possible in {roster.path}): "
                  "change one of them before importing")
