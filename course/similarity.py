@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import hashlib
 import importlib.util
 import io
 import json
@@ -161,14 +160,23 @@ def read_stubs(folder: Path = STUBS) -> dict[str, str]:
     return {name: path.read_text() for name, path in stubs.items()}
 
 
+KGRAM_BASE = 0x9E3779B97F4A7C15  # odd: a polynomial hash of code points, wrapping at 2**64
+
+
 def _stable_kgram_hashes(string: str, k: int):
     """copydetect's k-gram hashes, with a hash that is the same in every process: Python's
     ``hash`` of a str is salted per process, so batch and a Slurm merge (two processes) would
-    winnow different fingerprints and report different overlaps for the same pair."""
+    winnow different fingerprints and report different overlaps for the same pair. A
+    polynomial hash of the code points, vectorised (as fast as the builtin's loop or faster)."""
     import numpy as np
 
-    return np.array([int.from_bytes(hashlib.blake2b(string[offset:offset + k].encode(), digest_size=8).digest(),
-                                    "little", signed=True) for offset in range(len(string) - k + 1)], dtype=np.int64)
+    codes = np.frombuffer(string.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    count = len(codes) - k + 1
+    hashes = np.zeros(max(count, 0), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for offset in range(k if count > 0 else 0):
+            hashes = hashes * np.uint64(KGRAM_BASE) + codes[offset:offset + count]
+    return hashes.view(np.int64)
 
 
 def _fingerprint(text: str, boilerplate=None, window: int = GUARANTEE - NOISE + 1):
