@@ -239,7 +239,8 @@ def test_slurm_array_grades_like_batch(slurm, tmp_path):
     assert json.loads(pairs["slurm"])["pairs"] == json.loads(pairs["batch"])["pairs"]
     for page in ("batch.html", "slurm.html"):
         assert 'data-count="students">3<' in (tmp_path / page).read_text(), page
-    assert (by_slurm["key"]["2.1"], by_slurm["key"]["2.2"], by_slurm["key"]["flags"]) == ("8", "5", "")
+    # wrong differs from the key in one line: the similarity pass (in both flows) pairs them
+    assert (by_slurm["key"]["2.1"], by_slurm["key"]["2.2"], by_slurm["key"]["flags"]) == ("8", "5", "similar_to=wrong;needs_review")
     assert (by_slurm["stub"]["total"], by_slurm["wrong"]["total"], by_slurm["wrong"]["2.2"]) == ("0", "8", "0")
     logs = sorted((cluster.slurm_folder(tmp_path / "slurm" / "grades.csv") / "logs").glob("cpu-*.out"))
     assert len(logs) == 3, [log.read_text() for log in logs]
