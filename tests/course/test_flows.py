@@ -155,3 +155,28 @@ def test_each_students_feedback_is_a_file_of_their_own(flows):
     key = (flows / "feedback" / "key.txt").read_text()
     assert " 8 / 8" in key and "What went wrong" not in key
     assert not any(word in key.lower() for word in ("similar", "review", "flag"))  # the TA's business, not the student's
+
+
+def test_every_reason_the_gradebook_flags_reaches_to_look_at(tmp_path):
+    """A row needs review for a reason only the gradebook knows (a Slurm task that died and left
+    no report; a GPU run that timed out; a report asking for review without saying
+    needs_review): the CSV and the dashboard's "to look at" both say so (issue 23, item 2)."""
+    from course import dashboard, outcomes
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    report = {"schema_version": 1, "submission": "ada", "complete": True, "files": {"pipeline.py": "0" * 64,
+              "tensor_parallel.py": "1" * 64}, "criteria": [{"id": "2.1-schedule", "problem": "2.1", "title": "t",
+              "points": 8, "earned": 8, "status": "passed", "message": "", "seconds": 0.1}]}
+    (reports / "ada.json").write_text(json.dumps(report))
+    (reports / "cy.json").write_text(json.dumps({**report, "review_reasons": ["2.1-schedule: killed by signal 9 twice"]}))
+    rows = [outcomes.StudentGrade("ada", tmp_path, reports / "ada.json", flags=["gpu_timeout", "needs_review"]),
+            outcomes.StudentGrade("bob", tmp_path, reports / "bob.json", status="error", flags=["task_died", "needs_review"])]
+    cy = outcomes.StudentGrade("cy", tmp_path, reports / "cy.json")
+    outcomes.apply_report(cy, json.loads((reports / "cy.json").read_text()))
+    assert "needs_review" in cy.flags  # review reasons without the needs_review key still flag the row
+    outcomes.save_rows(reports, [*rows, cy])
+    look_at = {s.name: s.reasons for s in dashboard.summarise(reports)["look_at"]}
+    assert ("review", "gradebook: gpu_timeout") in look_at["ada"]
+    assert ("review", "gradebook: task_died") in look_at["bob"] and look_at["bob"][0][0] == "error"
+    assert any("killed by signal 9" in text for _, text in look_at["cy"])
