@@ -126,6 +126,7 @@ next(0);
 </script></body></html>"""
 
 
+@pytest.mark.slow  # four Chromium runs
 def test_the_dashboard_fits_narrow_windows(flows, tmp_path):
     """At 420, 800 and 1,400 px nothing runs off the page and the per-problem table is shown
     within it (wide tables scroll in their own box); screenshots saved for people to look at."""
