@@ -4,7 +4,10 @@ An ``ast`` walk over every ``import`` statement, module level and inside functio
 - no cycle among ``minitorch/`` modules;
 - no provided module imports a student file, except the command-line entry points that
   exist to run the student's code, and those only inside functions (never at import);
-- ``grader/`` imports nothing from ``kit/``; ``minitorch/`` imports neither.
+- ``grader/`` imports nothing from ``kit/`` or ``course/``; ``minitorch/`` imports none of them;
+- ``course/`` (running a class) uses the grader, never the kit builder, and its modules form no
+  cycle (shared pieces have a public home, :mod:`course.outcomes`; nothing imports another
+  module's private name).
 """
 from __future__ import annotations
 
@@ -95,7 +98,7 @@ def test_provided_modules_do_not_import_student_files():
 
 
 def test_grader_and_minitorch_never_import_the_kit_builder():
-    for folder in ("grader", "minitorch"):
+    for folder in ("grader", "minitorch", "course"):
         for path in sorted((REPOSITORY / folder).rglob("*.py")):
             kit = [m for m, _ in imports(path) if m == "kit" or m.startswith("kit.")]
             assert not kit, f"{path.relative_to(REPOSITORY)} imports {kit}"
@@ -105,3 +108,20 @@ def test_minitorch_never_imports_the_grader():
     for path in sorted((REPOSITORY / "minitorch").rglob("*.py")):
         grader = [m for m, _ in imports(path) if m == "grader" or m.startswith("grader.")]
         assert not grader, f"{path.relative_to(REPOSITORY)} imports {grader}"
+
+
+def test_the_grader_never_imports_the_course():
+    for folder in ("grader", "minitorch", "kit"):
+        for path in sorted((REPOSITORY / folder).rglob("*.py")):
+            course = [m for m, _ in imports(path) if m == "course" or m.startswith("course.")]
+            assert not course, f"{path.relative_to(REPOSITORY)} imports {course}"
+
+
+def test_no_cycle_among_course_modules_and_no_private_imports():
+    found = graph("course")
+    edges = {name: sorted({m for m, _ in imports_ if m != name and m in found}) for name, imports_ in found.items()}
+    assert find_cycle(edges) is None, f"import cycle: {' -> '.join(find_cycle(edges) or [])}"
+    private = [f"{path.name} imports {m}" for path in sorted((REPOSITORY / "course").rglob("*.py"))
+               for m, _ in imports(path) if m.startswith("course.") and m.rsplit(".", 1)[-1].startswith("_")
+               and not m.endswith("__")]
+    assert not private, private

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import minitorch.tensor_parallel as tp
 from minitorch.distributed import launch
 
-pytestmark = pytest.mark.multirank  # launches torch.distributed ranks (left out of make test-fast)
+pytestmark = pytest.mark.multirank  # launches torch.distributed ranks, each a process of its own
 
 S, B, H, HEADS, FFN, VOCAB = 8, 2, 16, 4, 32, 48   # [seq, batch, hidden]; divisible by 2 and 4
 ATOL = RTOL = 1e-10                                 # float64: sharding only reorders sums

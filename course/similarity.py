@@ -90,7 +90,7 @@ class Pair:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The similarity options of ``python -m grader batch``."""
+    """The similarity options of ``python -m course batch``."""
     parser.add_argument(
         "--similarity-threshold", type=float, default=DEFAULT_THRESHOLD, metavar="SHARE",
         help=f"report two students when this share (0-1) of one's file is found in the other's (default {DEFAULT_THRESHOLD})",
@@ -120,7 +120,7 @@ def argument_problem(args: argparse.Namespace) -> str | None:
 
 def flag_batch(outcomes: list, reports: Path, threshold: float = DEFAULT_THRESHOLD, public_folder: Path | None = None,
                progress=print) -> None:
-    """After grading: the pass over the batch's students (``StudentGrade``s of grader.batch), its
+    """After grading: the pass over the batch's students (``StudentGrade``s of course.batch), its
     pairs into ``reports``/SIMILARITY_FILE, and ``similar_to=<name>`` and ``needs_review``
     on both students' flags. A failure of the pass is reported and costs only the flags."""
     try:
@@ -160,9 +160,30 @@ def read_stubs(folder: Path = STUBS) -> dict[str, str]:
     return {name: path.read_text() for name, path in stubs.items()}
 
 
-def _fingerprint(text: str, boilerplate=None, window: int = GUARANTEE - NOISE + 1):
-    from copydetect import CodeFingerprint  # imports matplotlib: only when the pass runs
+KGRAM_BASE = 0x9E3779B97F4A7C15  # odd: a polynomial hash of code points, wrapping at 2**64
 
+
+def _stable_kgram_hashes(string: str, k: int):
+    """copydetect's k-gram hashes, with a hash that is the same in every process: Python's
+    ``hash`` of a str is salted per process, so batch and a Slurm merge (two processes) would
+    winnow different fingerprints and report different overlaps for the same pair. A
+    polynomial hash of the code points, vectorised (as fast as the builtin's loop or faster)."""
+    import numpy as np
+
+    codes = np.frombuffer(string.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    count = len(codes) - k + 1
+    hashes = np.zeros(max(count, 0), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for offset in range(k if count > 0 else 0):
+            hashes = hashes * np.uint64(KGRAM_BASE) + codes[offset:offset + count]
+    return hashes.view(np.int64)
+
+
+def _fingerprint(text: str, boilerplate=None, window: int = GUARANTEE - NOISE + 1):
+    import copydetect.utils  # imports matplotlib: only when the pass runs
+    from copydetect import CodeFingerprint
+
+    copydetect.utils.hashed_kgrams = _stable_kgram_hashes
     return CodeFingerprint("student.py", NOISE, window, boilerplate=boilerplate, fp=io.StringIO(text))
 
 
@@ -185,7 +206,7 @@ def _regions(text: str, slices, given: set[str]) -> list[Region]:
     starts = [0] + [i + 1 for i, char in enumerate(text) if char == "\n"]
     lines = text.splitlines()
     ranges: list[list[int]] = []
-    for start, end in zip(*slices):
+    for start, end in sorted(zip(*(map(int, side) for side in slices))):  # copydetect's order varies by hash seed
         first, last = bisect.bisect_right(starts, int(start)), bisect.bisect_right(starts, max(int(end) - 1, 0))
         if ranges and all(_is_given(line, given) for line in lines[ranges[-1][1]:first - 1]):
             ranges[-1][1] = max(ranges[-1][1], last)
@@ -297,7 +318,7 @@ def similar_to(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
 
 def read_public(folder: Path) -> dict:
     """The known solutions of ``folder``, found the way ``batch`` finds students."""
-    from grader.discovery import discover
+    from course.discovery import discover
 
     with tempfile.TemporaryDirectory() as scratch:
         found, _ = discover(folder, Path(scratch))

@@ -7,13 +7,14 @@ import argparse
 import functools
 import importlib.util
 import json
+import os
 import re
 import zipfile
 
 import pytest
 
-from grader import cli, similarity
-from grader.discovery import discover
+from course import cli, similarity
+from course.discovery import discover
 from grader.layout import REPOSITORY as REPO
 
 CLOCK_CYCLES = re.compile(r"# BEGIN SOLUTION 2\.1\n(.*?)# END SOLUTION", re.S)
@@ -148,3 +149,29 @@ def test_batch_says_when_copydetect_is_missing(tmp_path, monkeypatch):
 def test_missing_kit_stubs_are_named(tmp_path):
     with pytest.raises(similarity.SimilarityError, match="run `make handout`"):
         similarity.read_stubs(tmp_path)
+
+
+SAME_PAIRS = """
+import json, sys
+from pathlib import Path
+from course import similarity
+result = similarity.run([(name, Path(sys.argv[1]) / name) for name in ("a", "b")], similarity.DEFAULT_THRESHOLD, None)
+print(json.dumps(result["pairs"], sort_keys=True))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_two_processes_find_the_same_pairs(tmp_path):
+    """batch and a Slurm merge run the pass in different processes (Python salts str hashes per
+    process): the same overlaps, similarities and regions in both."""
+    import subprocess
+    import sys
+
+    key = (REPO / "minitorch" / "pipeline.py").read_text()
+    for name, text in (("a", key), ("b", key.replace("num_microbatches", "chunks"))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "pipeline.py").write_text(text)
+    found = [subprocess.run([sys.executable, "-c", SAME_PAIRS, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                            timeout=240, env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)}).stdout
+             for seed in ("1", "2")]
+    assert json.loads(found[0]) and found[0] == found[1]

@@ -3,8 +3,8 @@
 ``batch`` (after grading) and ``slurm merge`` (after the array tasks) both end in
 :func:`finish`, so both write the same files from the same students:
 
-- ``<csv>``: one row per student, every flag (grader.batch ``default_rows``);
-- ``--canvas FILE``: Canvas's gradebook import (grader.canvas); a student the roster does
+- ``<csv>``: one row per student, every flag (course.batch ``default_rows``);
+- ``--canvas FILE``: Canvas's gradebook import (course.canvas); a student the roster does
   not know, or knows twice, is flagged and gets an EMPTY score there ("no change");
 - ``<csv stem>-changelog.csv``: what each regrade changed (appended, one run once);
 - GPU results (``<csv stem>-reports/gpu/<student>.json`` unless ``--gpu-reports`` says
@@ -18,42 +18,58 @@ Each graded student also leaves an outcome record (status, seconds, flags, chang
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from grader import canvas, regrade
-from grader.batch import StudentGrade, _apply_report, default_rows, escape_cell, write_csv
-from grader.discovery import Student, safe_file_name
+from course import adjustments, canvas, feedback, regrade, similarity
+from course.discovery import Student, safe_file_name
+from course.outcomes import StudentGrade, apply_report, default_rows, escape_cell, save_rows, write_csv
 from grader.protocol import read_json_report, write_atomic
 
 CHANGELOG_COLUMNS = ("when", "run", "student", "criterion", "old_points", "new_points", "old_status", "new_status")
 # Flags that come from a student's JSON report; recomputed when GPU results change it.
 REPORT_FLAGS = ("missing:", "criterion_errors=", "policy_findings=", "blocked_points=")
 GPU_SOURCE = "GPU run"
+OVERRIDE = "total (override)"  # the changelog's criterion for a manual override (course.adjustments)
 
 
 @dataclass
 class Options:
-    """What to write besides the CSV (the command line's --canvas, --assignment, --roster,
-    --name-is and --gpu-reports)."""
+    """What to do besides the CSV, the same for ``batch`` and ``slurm``: the command line's
+    --canvas, --assignment, --roster, --name-is, --gpu-reports, --canvas-without-gpu, --html,
+    and the similarity pass (``similarity_threshold`` None: no pass)."""
 
     canvas: Path | None = None
     assignment: str | None = None
     roster: Path | None = None
     name_is: str | None = None
     gpu_reports: Path | None = None
+    html: Path | None = None
+    similarity_threshold: float | None = None
+    public_solutions: Path | None = None
+    canvas_without_gpu: bool = False
+    adjustments: Path | None = None
+    feedback: Path | None = None
+
+    PATHS = ("canvas", "roster", "gpu_reports", "html", "public_solutions", "adjustments", "feedback")
 
     def to_json(self) -> dict:
-        return {key: None if value is None else str(value) for key, value in asdict(self).items()}
+        return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(self).items()}
 
     @classmethod
     def from_json(cls, data: dict) -> Options:
-        def path(key: str) -> Path | None:
-            return Path(data[key]) if data.get(key) else None
+        known: dict[str, Any] = {key: data[key] for key in asdict(cls()) if data.get(key) is not None}
+        values: dict[str, Any] = {key: Path(value) if key in cls.PATHS else value for key, value in known.items()}
+        return cls(**values)
 
-        return cls(path("canvas"), data.get("assignment"), path("roster"), data.get("name_is"), path("gpu_reports"))
+    def absolute(self) -> Options:
+        """The same options with every path absolute (for a merge that runs elsewhere)."""
+        return dataclasses.replace(self, **{key: getattr(self, key).resolve() for key in self.PATHS
+                                            if getattr(self, key) is not None})
 
 
 def reports_folder(csv_path: Path) -> Path:
@@ -76,7 +92,10 @@ def check(options: Options, students: list[Student]) -> canvas.Roster | None:
         canvas.OptionsError: Canvas output without an assignment header, or folders whose names
             could be anything (no --roster and no --name-is).
         canvas.RosterError: an unreadable roster.
+        adjustments.AdjustmentsError: an adjustments file that cannot be used.
     """
+    if options.adjustments is not None:
+        adjustments.read(options.adjustments)  # a bad file is said before anyone is graded
     if options.name_is is not None and options.name_is not in canvas.NAME_IS:
         raise canvas.OptionsError(f"--name-is {options.name_is!r}: expected one of {', '.join(canvas.NAME_IS)}")
     if options.canvas is None:
@@ -134,7 +153,7 @@ def _refresh(outcome: StudentGrade, report: dict) -> None:
     """Scores and report flags of ``outcome`` from its (changed) report."""
     outcome.flags = [f for f in outcome.flags if not f.startswith(REPORT_FLAGS)]
     outcome.problems = {}
-    _apply_report(outcome, report)
+    apply_report(outcome, report)
     outcome.flags = list(dict.fromkeys(outcome.flags))
 
 
@@ -213,8 +232,16 @@ def write_changelog(path: Path, run: str, outcomes: list[StudentGrade]) -> int:
         return 0
     if path.exists():
         with open(path, newline="", encoding="utf-8") as handle:
-            if any(row.get("run") == run for row in csv.DictReader(handle)):
-                return 0
+            logged = list(csv.DictReader(handle))
+        if any(row.get("run") == run for row in logged):
+            return 0
+        # an override is applied at every build of the gradebook: logged once per value
+        said = {(row.get("student"), row.get("criterion"), row.get("new_points"), row.get("new_status")) for row in logged}
+        rows = [(student, change) for student, change in rows if change["criterion"] != OVERRIDE
+                or (escape_cell(student), escape_cell(OVERRIDE), escape_cell(change["new_points"]),
+                    escape_cell(change["new_status"])) not in said]
+        if not rows:
+            return 0
     when = time.strftime("%Y-%m-%d %H:%M:%S")
     with open(path, "a", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -229,23 +256,98 @@ def write_changelog(path: Path, run: str, outcomes: list[StudentGrade]) -> int:
 def finish(
     outcomes: list[StudentGrade], students: list[Student], csv_path: Path, options: Options, run: str, progress=print,
 ) -> list[StudentGrade]:
-    """Merge GPU results, match identities, write the CSV, the Canvas file and the
-    changelog; return every row (GPU-only students added)."""
+    """What every flow does once its students are graded (``batch`` and ``slurm merge`` alike):
+    the similarity pass, the GPU results merged, identities matched, the CSV, the Canvas file,
+    the changelog and the dashboard; return every row (GPU-only students added)."""
+    reports = reports_folder(csv_path)
+    if options.similarity_threshold is not None:  # flags only, never a score
+        similarity.flag_batch(outcomes, reports, threshold=options.similarity_threshold,
+                              public_folder=options.public_solutions, progress=progress)
     roster = check(options, students)
-    gpu_folder = options.gpu_reports or reports_folder(csv_path) / "gpu"
+    gpu_folder = options.gpu_reports or reports / "gpu"
     if gpu_folder.is_dir():
         outcomes = outcomes + merge_gpu(outcomes, gpu_folder)
+    identities = identify_all(outcomes, students, roster, options)
+    finals = apply_adjustments(outcomes, options.adjustments, progress) if options.adjustments else None
+    write_csv(csv_path, default_rows(outcomes, finals))
+    if options.canvas is not None:
+        write_canvas(outcomes, identities, roster, options, progress, finals or {})
+    save_rows(reports, outcomes)
+    changed = write_changelog(changelog_path(csv_path), run, outcomes)
+    if changed:
+        progress(f"regrade: {changed} criterion result(s) changed -> {changelog_path(csv_path)}")
+    if options.feedback is not None:
+        progress(f"feedback: {feedback.write_all(outcomes, options.feedback, finals)} files -> {options.feedback}")
+    if options.html is not None:
+        from course.dashboard import write  # Jinja2: only when a dashboard is asked for
+
+        write(reports, options.html)
+        progress(f"dashboard -> {options.html}")
+    return outcomes
+
+
+def identify_all(outcomes: list[StudentGrade], students: list[Student], roster: canvas.Roster | None,
+                 options: Options) -> dict[str, list[str] | None]:
+    """``{student: Canvas identity columns, or None when Canvas cannot be told who it is}``;
+    with a roster or a Canvas file, a student it cannot name is flagged."""
     canvas_ids = {s.name: s.canvas_id for s in students}
-    canvas_students = []
+    identities: dict[str, list[str] | None] = {}
     for outcome in outcomes:
         identity, problem = canvas.identify(outcome.student, canvas_ids.get(outcome.student, ""), roster, options.name_is)
         if problem is not None and (roster is not None or options.canvas is not None):
             _flag(outcome, problem)
-        canvas_students.append((identity, outcome.score if problem is None else None))
-    write_csv(csv_path, default_rows(outcomes))
-    if options.canvas is not None:
-        write_csv(options.canvas, canvas.import_rows(options.assignment or "", canvas_students))
-    changed = write_changelog(changelog_path(csv_path), run, outcomes)
-    if changed:
-        progress(f"regrade: {changed} criterion result(s) changed -> {changelog_path(csv_path)}")
-    return outcomes
+        identities[outcome.student] = identity if problem is None else None
+    return identities
+
+
+def apply_adjustments(outcomes: list[StudentGrade], path: Path, progress=print) -> dict[str, float | None]:
+    """``{student: final score}`` with the file's penalties and overrides (the raw score stays
+    in ``outcome.score``); flags say which applied; a new override goes into the changelog."""
+    table = adjustments.read(path)
+    finals = {}
+    for outcome in outcomes:
+        adjustment = table.pop(outcome.student, None)
+        if adjustment is None:
+            continue
+        finals[outcome.student] = adjustment.final(outcome.score)
+        outcome.flags = list(dict.fromkeys([*outcome.flags, *adjustment.flags()]))
+        if adjustment.override is not None:
+            outcome.changes.append({"criterion": OVERRIDE, "old_points": outcome.score,
+                                    "new_points": adjustment.override, "old_status": "",
+                                    "new_status": f"override: {adjustment.reason}".strip()})
+    if table:
+        progress(f"adjustments: no student named {', '.join(sorted(table))} in this class ({path})")
+    return finals
+
+
+def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] | None], roster: canvas.Roster | None,
+                 options: Options, progress=print, finals: dict[str, float | None] | None = None) -> None:
+    """Canvas's import: one row per student Canvas can match (the others are named in a line);
+    an empty cell ("no change") for a score that is not trustworthy or not complete (criteria
+    blocked until the GPU merge, unless ``canvas_without_gpu``); a warning when the scores are
+    out of a total the assignment does not have."""
+    assert options.canvas is not None  # the caller writes Canvas's file only when asked
+    rows, unknown, waiting = [], [], []
+    for outcome in outcomes:
+        identity = identities.get(outcome.student)
+        if identity is None:
+            unknown.append(outcome.student)
+            continue  # a row without an identity: Canvas cannot match it
+        blocked = any(f.startswith("blocked_points=") for f in outcome.flags) and not options.canvas_without_gpu
+        if blocked:
+            waiting.append(outcome.student)
+        score = (finals or {}).get(outcome.student, outcome.score)
+        rows.append((identity, None if blocked else score))
+    write_csv(options.canvas, canvas.import_rows(options.assignment or "", rows))
+    if unknown:
+        progress(f"Canvas: {len(unknown)} student(s) left out of {options.canvas}, flagged in the CSV "
+                 f"(not in the roster, or in it twice): {', '.join(unknown)}")
+    if waiting:
+        progress(f"Canvas: {len(waiting)} student(s) with GPU criteria not graded yet have an EMPTY cell (no change): "
+                 "import after the GPU merge, or pass --canvas-without-gpu for a class graded without GPUs")
+    possible = roster.points_possible(options.assignment or "") if roster is not None else None
+    totals = sorted({o.max_score for o in outcomes if o.max_score is not None})
+    if roster is not None and possible is not None and any(total != possible for total in totals):
+        progress(f"WARNING: the scores are out of {', '.join(f'{t:g}' for t in totals)} but the Canvas assignment "
+                 f"{options.assignment!r} is worth {possible:g} points (its Points Possible in {roster.path}): "
+                 "change one of them before importing")

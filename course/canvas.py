@@ -1,12 +1,14 @@
 """Canvas both ways: read its "Download Submissions" files, write its gradebook import.
 
 **Download Submissions** gives one flat zip of every student's files, each renamed
-``<name>_<canvas id>_<submission id>_<original name>``, where ``<name>`` is the student's
+``<name>_<user id>_<attachment id>_<original name>``, where ``<name>`` is the student's
 sortable name squeezed into lower-case letters (``lovelaceada``), late work has ``_LATE``
 after it (``lovelaceada_LATE_101_9001_pipeline.py``) and a file uploaded again under a name
 the student used before gets ``-1``, ``-2``, ... before its extension (``pipeline-2.py``).
-:func:`group_download` groups the files by Canvas id, keeps the latest resubmission of each
-file, and carries the late mark; the Canvas id (not the squeezed name) identifies the student.
+The third number belongs to the FILE (two files of one submission have two numbers; they
+grow with time). :func:`group_download` groups the files by user id (the Canvas id, which
+identifies the student, not the squeezed name), keeps the latest upload of each original
+name, says which uploads it superseded, and carries the late mark.
 
 **Gradebook import** (Grades > Import): ``Student, ID, SIS User ID, SIS Login ID, Section,
 <assignment>``; Canvas matches a row by its ID, SIS User ID or SIS Login ID, and leaves a
@@ -25,7 +27,7 @@ IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 NAME_IS = {"login": "SIS Login ID", "sis": "SIS User ID", "canvas": "ID"}
 
 DOWNLOAD_NAME = re.compile(
-    r"^(?P<name>[^_/\\]+?)(?P<late>_(?i:late))?_(?P<canvas_id>\d+)_(?P<submission_id>\d+)_(?P<original>[^/\\]+)$"
+    r"^(?P<name>[^_/\\]+?)(?P<late>_(?i:late))?_(?P<canvas_id>\d+)_(?P<attachment_id>\d+)_(?P<original>[^/\\]+)$"
 )
 RESUBMISSION = re.compile(r"^(?P<stem>.+)-(?P<attempt>\d+)(?P<extension>(?:\.tar)?\.[A-Za-z0-9]+)?$")
 ASSIGNMENT_ID = re.compile(r"\(\d+\)\s*$")
@@ -45,8 +47,8 @@ class DownloadFile:
 
     entry: str            # the file's name in the download
     name: str             # Canvas's squeezed sortable name of the student
-    canvas_id: str
-    submission_id: int
+    canvas_id: str        # the student's Canvas user id
+    attachment_id: int    # the file's own id: two files of one submission have two, growing with time
     original: str         # the name the student uploaded, resubmission suffix removed
     attempt: int          # 0 for the first upload of that name, then 1, 2, ...
     late: bool
@@ -54,18 +56,28 @@ class DownloadFile:
 
 @dataclass
 class CanvasSubmission:
-    """One student's files in a Canvas download: the latest resubmission of each."""
+    """One student's files in a Canvas download: the latest upload of each original name."""
 
     name: str
     canvas_id: str
     late: bool = False
     files: dict[str, DownloadFile] = field(default_factory=dict)  # original name -> file
-    superseded: list[str] = field(default_factory=list)           # older resubmissions, not graded
+    superseded: list[str] = field(default_factory=list)           # older uploads, not graded
 
     @property
     def student(self) -> str:
         """The name the batch gives this student: unique, and readable in a CSV."""
         return f"{self.name}_{self.canvas_id}"
+
+    def note(self) -> str | None:
+        """What was graded instead of what, when the student uploaded a name more than once."""
+        if not self.superseded:
+            return None
+        graded = ", ".join(f.entry for f in self.files.values() if f.original in self._replaced())
+        return f"{self.student}: graded {graded}; older upload(s) not graded: {', '.join(self.superseded)}"
+
+    def _replaced(self) -> set[str]:
+        return {parsed.original for entry in self.superseded if (parsed := parse_download_name(entry)) is not None}
 
 
 def parse_download_name(entry: str) -> DownloadFile | None:
@@ -79,7 +91,7 @@ def parse_download_name(entry: str) -> DownloadFile | None:
         original = resubmitted["stem"] + (resubmitted["extension"] or "")
         attempt = int(resubmitted["attempt"])
     return DownloadFile(
-        entry=entry, name=match["name"], canvas_id=match["canvas_id"], submission_id=int(match["submission_id"]),
+        entry=entry, name=match["name"], canvas_id=match["canvas_id"], attachment_id=int(match["attachment_id"]),
         original=original, attempt=attempt, late=match["late"] is not None,
     )
 
@@ -87,9 +99,9 @@ def parse_download_name(entry: str) -> DownloadFile | None:
 def group_download(entries: list[str]) -> tuple[list[CanvasSubmission], list[str]]:
     """``(submissions sorted by student, entries that are not Canvas download names)``.
 
-    Files of one Canvas id make one submission. Of several uploads of the same name, the
-    highest resubmission number is graded; if files of several submission ids are present
-    (downloads merged by hand), only the newest submission's files count.
+    Files of one user id make one submission, every original name graded. Of several uploads
+    of one original name, the latest is graded: the highest resubmission number (``-N``), then
+    the highest attachment id; the others are listed as ``superseded``.
     """
     by_student: dict[str, list[DownloadFile]] = {}
     others = []
@@ -101,13 +113,9 @@ def group_download(entries: list[str]) -> tuple[list[CanvasSubmission], list[str
             by_student.setdefault(parsed.canvas_id, []).append(parsed)
     submissions = []
     for canvas_id, files in by_student.items():
-        newest = max(f.submission_id for f in files)
         submission = CanvasSubmission(name=files[0].name, canvas_id=canvas_id)
-        for file in sorted(files, key=lambda f: (f.submission_id, f.attempt)):
+        for file in sorted(files, key=lambda f: (f.attempt, f.attachment_id, f.entry)):
             previous = submission.files.get(file.original)
-            if file.submission_id != newest:
-                submission.superseded.append(file.entry)
-                continue
             if previous is not None:
                 submission.superseded.append(previous.entry)
             submission.files[file.original] = file
@@ -122,6 +130,14 @@ class Roster:
 
     path: Path
     people: list[dict[str, str]]
+    possible: dict[str, str] = field(default_factory=dict)  # the export's "Points Possible" row
+
+    def points_possible(self, assignment: str) -> float | None:
+        """The assignment's points in Canvas, when the export says them."""
+        try:
+            return float(self.possible.get(assignment, "").strip())
+        except ValueError:
+            return None
 
     def match(self, key: str, columns: tuple[str, ...]) -> list[dict[str, str]]:
         """Every distinct person whose value in one of ``columns`` is ``key``."""
@@ -145,12 +161,14 @@ def read_roster(path: Path) -> Roster:
                     f"roster {path}: no column {', '.join(repr(c) for c in missing)}; expected a Canvas gradebook "
                     f"export (Grades > Export) whose header starts with {', '.join(IDENTITY)}"
                 )
-            people = [row for row in reader if (row.get("ID") or "").strip().isdigit()]
+            rows = list(reader)
+            people = [row for row in rows if (row.get("ID") or "").strip().isdigit()]
+            possible = next((row for row in rows if (row.get("Student") or "").strip() == "Points Possible"), {})
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise RosterError(f"roster {path}: cannot read it: {error}") from None
     if not people:
         raise RosterError(f"roster {path}: no student rows (a row needs a numeric Canvas ID)")
-    return Roster(path, people)
+    return Roster(path, people, possible)
 
 
 def identify(student: str, canvas_id: str, roster: Roster | None, name_is: str | None) -> tuple[list[str], str | None]:

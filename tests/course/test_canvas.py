@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from grading_helpers import answer_key_source, stub_files
 
-from grader import batch, canvas, discovery, gradebook
-from grader.batch import StudentGrade
+from course import canvas, discovery, gradebook, outcomes
+from course.outcomes import StudentGrade
 from grader.layout import REPOSITORY as REPO
 
 ROSTER = (
@@ -35,7 +35,7 @@ def read_csv(path: Path) -> list[dict]:
 
 def test_download_names_are_taken_apart():
     parsed = canvas.parse_download_name("lovelaceada_LATE_101_9001_pipeline-2.py")
-    assert (parsed.name, parsed.canvas_id, parsed.submission_id, parsed.original, parsed.attempt, parsed.late) == (
+    assert (parsed.name, parsed.canvas_id, parsed.attachment_id, parsed.original, parsed.attempt, parsed.late) == (
         "lovelaceada", "101", 9001, "pipeline.py", 2, True
     )
     parsed = canvas.parse_download_name("turingalan_102_9002_my_hw-final.tar.gz")
@@ -58,8 +58,29 @@ def test_grouping_keeps_the_latest_resubmission_and_the_late_mark():
     assert ada.files["pipeline.py"].entry == "lovelaceada_LATE_101_9001_pipeline-1.py"
     assert ada.superseded == ["lovelaceada_101_9001_pipeline.py"]
     assert (alan.late, alan.files["hw.zip"].entry) == (False, "turingalan_102_9002_hw-2.zip")
-    merged, _ = canvas.group_download(["a_5_10_pipeline.py", "a_5_11_tensor_parallel.py"])  # two downloads merged
-    assert list(merged[0].files) == ["tensor_parallel.py"] and merged[0].superseded == ["a_5_10_pipeline.py"]
+    assert ada.note() == ("lovelaceada_101: graded lovelaceada_LATE_101_9001_pipeline-1.py; "
+                          "older upload(s) not graded: lovelaceada_101_9001_pipeline.py")
+    assert alan.superseded == ["turingalan_102_9002_hw.zip", "turingalan_102_9002_hw-1.zip"]
+
+
+def test_two_files_of_one_submission_are_both_graded(tmp_path):
+    """The third number of a Canvas download name is the file's attachment id: two files
+    uploaded together have two, and both belong to the student (issue 23, item 1)."""
+    key, stubs = answer_key_source("pipeline.py"), stub_files()
+    with zipfile.ZipFile(tmp_path / "download.zip", "w") as download:
+        download.writestr("lovelaceada_1001_555001_pipeline.py", key)
+        download.writestr("lovelaceada_1001_555002_tensor_parallel.py", stubs["tensor_parallel.py"])
+    students, notes = discovery.discover(tmp_path / "download.zip", tmp_path / "unpacked")
+    assert [(s.name, s.canvas_id) for s in students] == [("lovelaceada_1001", "1001")]
+    assert sorted(p.name for p in students[0].path.iterdir()) == ["pipeline.py", "tensor_parallel.py"]
+    assert (students[0].path / "pipeline.py").read_text() == key
+    assert "0 older upload(s) not graded" in notes[-1]
+    # Uploads of one name without a -N suffix (downloads merged by hand): the later attachment wins.
+    submissions, _ = canvas.group_download(["a_5_12_pipeline.py", "a_5_10_pipeline.py", "a_5_11_tensor_parallel.py"])
+    (only,) = submissions
+    assert {name: f.entry for name, f in only.files.items()} == {
+        "pipeline.py": "a_5_12_pipeline.py", "tensor_parallel.py": "a_5_11_tensor_parallel.py"}
+    assert only.superseded == ["a_5_10_pipeline.py"] and "a_5_10_pipeline.py" in (only.note() or "")
 
 
 def test_discovery_skips_with_a_word_and_flags_unreadable_tars(tmp_path):
@@ -131,13 +152,17 @@ def test_unmatched_students_are_flagged_in_the_csv_and_unscored_in_canvas(tmp_pa
     students = [discovery.Student(o.student, o.path, []) for o in outcomes]
     options = gradebook.Options(canvas=tmp_path / "canvas.csv", assignment="HW5 Model Parallelism (77)",
                                 roster=tmp_path / "export.csv")
-    gradebook.finish(outcomes, students, tmp_path / "grades.csv", options, "test-run", progress=lambda line: None)
+    lines = []
+    gradebook.finish(outcomes, students, tmp_path / "grades.csv", options, "test-run", progress=lines.append)
     imported = read_csv(tmp_path / "canvas.csv")
     assert list(imported[0]) == [*canvas.IDENTITY, "HW5 Model Parallelism (77)"]
     assert imported[0] == {"Student": "Lovelace, Ada", "ID": "101", "SIS User ID": "s001", "SIS Login ID": "ada",
                            "Section": "Sec A", "HW5 Model Parallelism (77)": "40"}
-    assert (imported[1]["Student"], imported[1]["ID"], imported[1]["HW5 Model Parallelism (77)"]) == ("ghost", "", "")
-    assert (imported[2]["ID"], imported[2]["HW5 Model Parallelism (77)"]) == ("102", "")  # no trustworthy score
+    assert len(imported) == 2  # ghost has no identity Canvas could match: left out, and named
+    assert any("left out of" in line and "ghost" in line for line in lines), lines
+    assert (imported[1]["ID"], imported[1]["HW5 Model Parallelism (77)"]) == ("102", "")  # no trustworthy score
+    # scores out of 90 for an assignment worth 100 in Canvas (the export's Points Possible): said before importing
+    assert any(line.startswith("WARNING: the scores are out of 90") and "worth 100" in line for line in lines), lines
     flags = {row["student"]: row["flags"] for row in read_csv(tmp_path / "grades.csv")}
     assert flags == {"ada": "", "ghost": "not_in_roster;needs_review", "s002": "needs_review"}
 
@@ -164,7 +189,7 @@ def test_a_canvas_download_grades_into_a_canvas_import(tmp_path):
     (tmp_path / "export.csv").write_text(ROSTER)
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "grader", "batch", str(tmp_path / "submissions.zip"), "--csv", str(tmp_path / "grades.csv"),
+        [sys.executable, "-m", "course", "batch", str(tmp_path / "submissions.zip"), "--csv", str(tmp_path / "grades.csv"),
          "--only", "2.1", "--jobs", "2", "--canvas", str(tmp_path / "canvas.csv"),
          "--assignment", "HW5 Model Parallelism (77)", "--roster", str(tmp_path / "export.csv"), "--no-similarity"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
@@ -172,17 +197,17 @@ def test_a_canvas_download_grades_into_a_canvas_import(tmp_path):
     print(f"a Canvas download of 3 students graded (2.1 only) in {time.monotonic() - started:.1f} s")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "skipped grading_notes.txt in submissions.zip (not a Canvas download name)" in result.stdout
-    assert "Canvas download: 3 students (1 late)" in result.stdout and "1 older resubmission" in result.stdout
+    assert "Canvas download: 3 students (1 late)" in result.stdout and "1 older upload(s) not graded" in result.stdout
     rows = {row["student"]: row for row in read_csv(tmp_path / "grades.csv")}
     assert sorted(rows) == ["lovelaceada_101", "turingalan_102", "zeduser_999"]
     assert (rows["lovelaceada_101"]["2.1"], rows["lovelaceada_101"]["flags"]) == ("8", "late;missing:tensor_parallel.py")
     assert (rows["turingalan_102"]["2.1"], rows["turingalan_102"]["flags"]) == ("8", "missing:tensor_parallel.py")
     assert rows["zeduser_999"]["2.1"] == "0" and "not_in_roster" in rows["zeduser_999"]["flags"]
     imported = {row["ID"] or row["Student"]: row for row in read_csv(tmp_path / "canvas.csv")}
-    assert set(imported) == {"101", "102", "zeduser_999"}
+    assert set(imported) == {"101", "102"}  # zeduser is not in the roster: left out, named in a line
+    assert "left out of" in result.stdout and "zeduser_999" in result.stdout
     assert (imported["101"]["SIS Login ID"], imported["101"]["HW5 Model Parallelism (77)"]) == ("ada", "8")
     assert (imported["102"]["Student"], imported["102"]["HW5 Model Parallelism (77)"]) == ("Turing, Alan", "8")
-    assert imported["zeduser_999"]["HW5 Model Parallelism (77)"] == ""
     unpacked = gradebook.submissions_folder(tmp_path / "grades.csv")
     assert (unpacked / "lovelaceada_101" / "pipeline.py").read_text() == answer_key_source("pipeline.py")
 
@@ -195,7 +220,7 @@ def test_canvas_usage_errors_come_before_grading(tmp_path):
         (["--assignment", "HW5 (77)", "--roster", str(tmp_path / "none.csv")], "cannot read"),
     ):
         result = subprocess.run(
-            [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "g.csv"),
+            [sys.executable, "-m", "course", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "g.csv"),
              "--canvas", str(tmp_path / "c.csv"), *extra],
             cwd=REPO, capture_output=True, text=True, timeout=60,
         )
@@ -205,7 +230,7 @@ def test_canvas_usage_errors_come_before_grading(tmp_path):
 
 def test_escape_still_applies_to_canvas_cells(tmp_path):
     rows = canvas.import_rows("HW (1)", [(["=cmd", "1", "", "", ""], 3.0)])
-    batch.write_csv(tmp_path / "c.csv", rows)
+    outcomes.write_csv(tmp_path / "c.csv", rows)
     assert read_csv(tmp_path / "c.csv")[0]["Student"] == "'=cmd"
 
 
@@ -224,4 +249,6 @@ def test_an_unpacked_download_beside_student_folders(tmp_path):
     assert (students[1].path / "pipeline.py").read_text() == "second"
     assert students[2].path == tmp_path / "unpacked" / "turingalan_102" / "hw5.zip"  # the archive is graded
     assert notes == [f"Canvas download: 2 students (1 late), unpacked into {tmp_path / 'unpacked'}; "
-                     "1 older resubmission file(s) not graded"]
+                     "1 older upload(s) not graded",
+                     "lovelaceada_101: graded lovelaceada_LATE_101_9001_pipeline-1.py; "
+                     "older upload(s) not graded: lovelaceada_LATE_101_9001_pipeline.py"]

@@ -1,7 +1,7 @@
 """Batch grading: one student's crash, hang or garbage never stops the batch; CSV layouts.
 
 Most tests drive ``run_batch`` with a fake grader (a script that misbehaves on purpose); the
-last one runs the real ``python -m grader batch`` on three submissions."""
+last one runs the real ``python -m course batch`` on three submissions."""
 import csv
 import json
 import os
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch, discovery
+from course import batch, discovery, outcomes
 from grader.layout import REPOSITORY as REPO
 from kit import handout
 
@@ -49,6 +49,20 @@ FAKE_GRADER = textwrap.dedent('''\
         Path(os.environ["GRANDCHILD_PID"]).write_text(str(child.pid))
         time.sleep(60)
     report.write_text(json.dumps(good))
+    ''')
+
+
+# Every student gets 1 point; the names graded are appended to a file (argv[1]).
+FIXED_GRADER = textwrap.dedent('''\
+    import json, sys
+    from pathlib import Path
+    graded, path, report = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[4])
+    with open(graded, "a") as log:
+        log.write(path.name + "\\n")
+    criteria = [{"id": "2.1-schedule", "problem": "2.1", "title": "t", "points": 8, "earned": 1, "status": "failed",
+                 "message": "", "seconds": 0.1}]
+    report.write_text(json.dumps({"schema_version": 1, "submission": str(path), "files": {"pipeline.py": "0" * 64,
+        "tensor_parallel.py": "1" * 64}, "environment": {}, "score": 1, "max_score": 8, "criteria": criteria}))
     ''')
 
 
@@ -104,9 +118,21 @@ def test_misbehaving_students_never_stop_the_batch(tmp_path, monkeypatch):
     assert not status.exists() or "zombie" in status.read_text(), "the hung grader's children were not killed"
     assert rows["=HYPERLINK(1)"]["student"] == "'=HYPERLINK(1)"
 
+    # --rerun-failed: only the killed, timed-out and failed students run again; the others keep their results
+    (tmp_path / "fixed_grader.py").write_text(FIXED_GRADER)
+    again = []
+    batch.run_batch(tmp_path / "class", tmp_path / "out" / "grades.csv", jobs=2, timeout=20, progress=again.append,
+                    grader_command=[sys.executable, str(tmp_path / "fixed_grader.py"), str(tmp_path / "graded.txt")],
+                    rerun_failed=True)
+    assert again[1] == "--rerun-failed: 4 of 7 students to grade again", again
+    assert sorted((tmp_path / "graded.txt").read_text().split()) == ["crash", "future", "garbage", "hang"]
+    rows = {row["student"].lstrip("'"): row for row in read_csv(tmp_path / "out" / "grades.csv")}
+    assert all(row["status"] == "graded" for row in rows.values()), rows
+    assert rows["alice"]["report"] == alice["report"] and rows["crash"]["total"] == "1"
+
 
 def test_cells_that_look_like_formulas_are_escaped():
-    assert [batch.escape_cell(v) for v in ("=1+1", "+1", "-1", "@SUM", "\tx", "ok", 3, 2.5, None)] == [
+    assert [outcomes.escape_cell(v) for v in ("=1+1", "+1", "-1", "@SUM", "\tx", "ok", 3, 2.5, None)] == [
         "'=1+1", "'+1", "'-1", "'@SUM", "'\tx", "ok", "3", "2.5", ""
     ]
 
@@ -127,7 +153,7 @@ BATCH_S, STUDENT_S = 540, 240  # the batch, each student in it (two rounds of --
 @pytest.mark.slow  # a whole grader run in a subprocess
 @pytest.mark.timeout(BATCH_S + 60)
 def test_real_grader_on_three_submissions(tmp_path):
-    """Answer key (folder), stubs (folder) and answer key (zip) through `python -m grader batch
+    """Answer key (folder), stubs (folder) and answer key (zip) through `python -m course batch
     --jobs 2`: the two graded at once run their children as distinct uids (as root)."""
     key, stub = tmp_path / "class" / "key", tmp_path / "class" / "stub"
     key.mkdir(parents=True)
@@ -141,8 +167,9 @@ def test_real_grader_on_three_submissions(tmp_path):
                 archive.write(source, name)
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "grades.csv"),
-         "--jobs", "2", "--timeout", str(STUDENT_S), "--html", str(tmp_path / "class.html")],
+        [sys.executable, "-m", "course", "batch", str(tmp_path / "class"), "--csv", str(tmp_path / "grades.csv"),
+         "--jobs", "2", "--timeout", str(STUDENT_S), "--html", str(tmp_path / "class.html"),
+         "--only", "2"],  # Problem 2 is enough to see two graders at once; the whole key: tests/grader/test_cli.py
         cwd=REPO, capture_output=True, text=True, timeout=BATCH_S,
     )
     print(f"batch of 3 graded in {time.monotonic() - start:.1f} s")

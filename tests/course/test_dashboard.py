@@ -9,23 +9,20 @@ opened in headless Chromium; the assertions read the DOM Chromium rendered.
 from __future__ import annotations
 
 import csv
-import html.parser
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from browser import ARTIFACTS, DomReader, Element, chromium_run
 from grading_helpers import REPO, answer_key_source, stub_files
 
-from grader import batch, dashboard, similarity
+from course import batch, dashboard, gradebook, similarity
 
 pytestmark = pytest.mark.timeout(300)  # the module's grading happens in the first test's setup
-ARTIFACTS = REPO / "build" / "test-artifacts"
 PROBLEMS = ("2.1", "2.3", "3.1", "4.1")  # 2.3 is blocked without GPUs: the class-wide note
 HOSTILE = "<img src=x onerror=alert(1)>"
 CANARY = "data-pwned"
@@ -133,80 +130,15 @@ def graded(tmp_path_factory):
     outcomes = batch.run_batch(
         root / "class", root / "grades.csv", jobs=2, timeout=150, progress=print,
         grader_command=[sys.executable, "-m", "grader", "grade", "--rubric", str(rubric)],
-        similarity_options={"threshold": similarity.DEFAULT_THRESHOLD}, html=root / "class.html",
+        options=gradebook.Options(similarity_threshold=similarity.DEFAULT_THRESHOLD, html=root / "class.html"),
     )
     return {"root": root, "outcomes": {o.student: o for o in outcomes}, "reports": root / "grades-reports",
             "html": root / "class.html", "csv": root / "grades.csv"}
 
 
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if found is None:
-        if os.environ.get("CI"):  # .ci/run installs it: a CI run without it must not pass quietly
-            pytest.fail("chromium is not installed, and CI must run the browser tests")
-        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium package)")
-    return found
-
-
-def run_chromium(page: Path, *flags: str) -> str:
-    """Headless Chromium on ``page`` with its own profile; its stdout."""
-    with tempfile.TemporaryDirectory() as profile:
-        result = subprocess.run(
-            [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-             f"--user-data-dir={profile}", *flags, page.as_uri()],
-            capture_output=True, text=True, timeout=90,
-        )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
-
-
-class Element:
-    def __init__(self, tag: str, attrs: dict[str, str | None]):
-        self.tag, self.attrs, self.text, self.children = tag, attrs, "", []
-
-    def find_all(self, tag: str | None = None, **attrs: str) -> list["Element"]:
-        found = []
-        for child in self.children:
-            if (tag is None or child.tag == tag) and all(child.attrs.get(k.replace("_", "-")) == v for k, v in attrs.items()):
-                found.append(child)
-            found += child.find_all(tag, **attrs)
-        return found
-
-
-class DomReader(html.parser.HTMLParser):
-    """The rendered DOM as a tree of Elements; ``text`` is each element's whole text content."""
-
-    VOID = {"meta", "br", "img", "input", "link", "hr", "rect", "line", "wbr"}
-
-    def __init__(self):
-        super().__init__()
-        self.root = Element("#document", {})
-        self.open = [self.root]
-
-    def handle_starttag(self, tag, attrs):
-        element = Element(tag, dict(attrs))
-        self.open[-1].children.append(element)
-        if tag not in self.VOID:
-            self.open.append(element)
-
-    def handle_startendtag(self, tag, attrs):
-        self.open[-1].children.append(Element(tag, dict(attrs)))
-
-    def handle_endtag(self, tag):
-        if tag in self.VOID:
-            return
-        while len(self.open) > 1:
-            if self.open.pop().tag == tag:
-                break
-
-    def handle_data(self, data):
-        for element in self.open:
-            element.text += data
-
-
 def rendered(page: Path) -> Element:
     reader = DomReader()
-    reader.feed(run_chromium(page, "--dump-dom"))
+    reader.feed(chromium_run(page, "--dump-dom"))
     return reader.root
 
 
@@ -272,10 +204,10 @@ def test_the_near_copy_pair_and_the_students_to_look_at(graded, dom):
     assert "yield [(wave - stage, stage)" in copied and "yield [(tick - stage, stage)" in copied  # both sides' code
 
     look_at = {row.find_all("a")[0].text: row for row in dom.find_all("tr") if "data-student" in row.attrs}
-    assert set(look_at) == {"key", "near-copy", "wrong-schedule", HOSTILE}
+    assert set(look_at) == {"key", "near-copy", "wrong-schedule", "stubs", HOSTILE}  # stubs: 0 points
     kinds = lambda name: {b.attrs["data-kind"] for b in look_at[name].find_all("span")}  # noqa: E731
     assert kinds("wrong-schedule") == {"missing"} and "missing tensor_parallel.py" in look_at["wrong-schedule"].text
-    assert kinds("key") == {"similar"} and "review" in kinds(HOSTILE)
+    assert kinds("key") == {"similar"} and "review" in kinds(HOSTILE) and kinds("stubs") == {"zero"}
 
     sections = {e.find_all("summary")[0].text.split(" · ")[0].strip(): e for e in dom.find_all("details", **{"class": "student"})}
     assert set(sections) == set(STUDENTS)
@@ -311,7 +243,7 @@ def test_screenshot_of_the_dashboard(graded):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"
     shot.unlink(missing_ok=True)
-    run_chromium(graded["html"], f"--screenshot={shot}", "--window-size=1280,1900")
+    chromium_run(graded["html"], f"--screenshot={shot}", "--window-size=1280,1900")
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
 
@@ -320,11 +252,11 @@ def test_screenshot_of_the_dashboard(graded):
 def test_dashboard_command_rebuilds_the_page_from_the_reports(graded, tmp_path):
     page = tmp_path / "again.html"
     result = subprocess.run(
-        [sys.executable, "-m", "grader", "dashboard", str(graded["reports"]), "--html", str(page), "--title", "HW <5>"],
+        [sys.executable, "-m", "course", "dashboard", str(graded["reports"]), "--html", str(page), "--title", "HW <5>"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "6 students, 4 to look at, 1 similar pairs" in result.stdout
+    assert "6 students, 5 to look at, 1 similar pairs" in result.stdout
     text = page.read_text()
     assert "<title>HW &lt;5&gt;</title>" in text and 'data-a="key" data-b="near-copy"' in text
 
@@ -332,7 +264,7 @@ def test_dashboard_command_rebuilds_the_page_from_the_reports(graded, tmp_path):
 @pytest.mark.slow  # grades the small class once (module fixture)
 def test_dashboard_command_names_bad_input(tmp_path, graded):
     run = lambda *args: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "grader", "dashboard", *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=60)
+        [sys.executable, "-m", "course", "dashboard", *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=60)
     missing = run(tmp_path / "nowhere", "--html", tmp_path / "x.html")
     assert missing.returncode == 2 and "nowhere is not a folder" in missing.stderr
     (tmp_path / "empty").mkdir()

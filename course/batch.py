@@ -1,12 +1,12 @@
-"""Grade a folder of submissions into a gradebook CSV: ``python -m grader batch``.
+"""Grade a folder of submissions into a gradebook CSV: ``python -m course batch``.
 
-    python -m grader batch FOLDER --csv grades.csv [--jobs N] [--timeout S] [--only ID ...]
+    python -m course batch FOLDER --csv grades.csv [--jobs N] [--timeout S] [--only ID ...]
                                   [--canvas FILE --assignment HEADER [--roster EXPORT.csv] [--name-is KIND]]
                                   [--gpu-reports DIR] [--html FILE]
                                   [--similarity-threshold SHARE] [--public-solutions DIR] [--no-similarity]
 
 FOLDER holds one subfolder, ``.zip``, ``.tar.gz`` or ``.tgz`` per student, or is a Canvas
-"Download Submissions" zip or folder (see grader.discovery). Each student is graded by
+"Download Submissions" zip or folder (see course.discovery). Each student is graded by
 ``python -m grader grade STUDENT --json REPORT`` in its own process group, killed after
 ``--timeout`` seconds, so one student's crash, hang or garbage never stops the batch.
 Reports and logs go to ``<csv stem>-reports/`` beside the CSV.
@@ -15,20 +15,19 @@ The CSV has one row per student: ``student``, one column per problem (``2.1``,
 ``2.2``, ...), ``total``, ``max_score``, ``status`` (graded / timeout / error), ``flags``
 (``;``-separated: ``missing:FILE``, ``criterion_errors=N``, ``blocked_points=X``,
 ``policy_findings=N`` (the static scan of grader/policy.py), ``duplicate_name``, ``late``,
-``not_in_roster``, the GPU flags of grader.gradebook, ``similar_to=STUDENT`` (grader/similarity.py,
+``not_in_roster``, the GPU flags of course.gradebook, ``similar_to=STUDENT`` (course/similarity.py,
 run after grading: flags only, never a score), ``needs_review``) and ``report``. A
 score cell is empty when no trustworthy score exists (the row then says needs_review); a
 timed-out student keeps the points of the criteria finished before the timeout. ``--only``
 on a class whose reports exist regrades those criteria and keeps every other result (see
-grader.regrade). ``--canvas FILE`` also writes Canvas's gradebook import (grader.canvas).
+course.regrade). ``--canvas FILE`` also writes Canvas's gradebook import (course.canvas).
 Every cell starting with ``= + - @`` (or a tab or carriage return) is prefixed with ``'``
 so a spreadsheet never runs it as a formula. ``--html`` also writes the class dashboard
-(grader/dashboard.py).
+(course/dashboard.py).
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import secrets
 import subprocess
@@ -36,54 +35,15 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import regrade, similarity
-from grader.canvas import OptionsError, RosterError
-from grader.discovery import DiscoveryError, Student, discover, safe_file_name
-from grader.layout import REPOSITORY, STUDENT_FILES
+from course import gradebook, regrade, similarity
+from course.canvas import OptionsError, RosterError
+from course.discovery import DiscoveryError, Student, discover, safe_file_name
+from course.outcomes import StudentGrade, apply_report
+from grader.layout import REPOSITORY
 from grader.processes import kill_group
 from grader.protocol import printable, read_json_report, write_atomic
-
-
-@dataclass
-class StudentGrade:
-    """What grading one student produced: a row of the gradebook."""
-
-    student: str
-    path: Path
-    report_path: Path
-    status: str = "graded"
-    score: float | None = None
-    max_score: float | None = None
-    problems: dict[str, float] = field(default_factory=dict)
-    flags: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    detail: str = ""
-    changes: list[dict] = field(default_factory=list)  # what a regrade changed (grader.regrade)
-
-
-def _apply_report(outcome: StudentGrade, report: dict) -> None:
-    for criterion in report["criteria"]:
-        problem = criterion["problem"]
-        outcome.problems[problem] = outcome.problems.get(problem, 0) + criterion["earned"]
-    outcome.score = sum(c["earned"] for c in report["criteria"])
-    max_score = report.get("max_score")
-    outcome.max_score = max_score if isinstance(max_score, (int, float)) else None
-    files = report["files"] if isinstance(report.get("files"), dict) else {}
-    outcome.flags += [f"missing:{name}" for name in STUDENT_FILES if name not in files]
-    errors = sum(1 for c in report["criteria"] if c.get("status") == "error")
-    if errors:
-        outcome.flags += [f"criterion_errors={errors}", "needs_review"]
-    findings = report.get("policy_findings")
-    if isinstance(findings, list) and findings:
-        outcome.flags.append(f"policy_findings={len(findings)}")
-    if report.get("needs_review") is True and "needs_review" not in outcome.flags:
-        outcome.flags.append("needs_review")
-    blocked = report.get("blocked_points")
-    if isinstance(blocked, (int, float)) and blocked:
-        outcome.flags.append(f"blocked_points={blocked:g}")
 
 
 def grade_student(
@@ -119,7 +79,7 @@ def grade_student(
     if previous is not None:
         report = _regraded(outcome, previous, report, target)
     if report is not None:
-        _apply_report(outcome, report)
+        apply_report(outcome, report)
     if returncode is None:
         outcome.status, outcome.detail = "timeout", f"killed after {timeout:g} s"
         outcome.flags.append("needs_review")
@@ -145,55 +105,27 @@ def _regraded(outcome: StudentGrade, previous: dict, report: dict | None, target
     return merged
 
 
-def escape_cell(value: object) -> str:
-    """A CSV cell a spreadsheet shows as text: control characters escaped, formula-like
-    starts given a leading quote."""
-    text = "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
-    text = printable(text)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
-def _problem_key(problem: str) -> tuple:
-    return tuple(int(part) if part.isdigit() else part for part in problem.split("."))
-
-
-def default_rows(outcomes: list[StudentGrade]) -> list[list[object]]:
-    problems = sorted({p for o in outcomes for p in o.problems}, key=_problem_key)
-    rows: list[list[object]] = [["student", *problems, "total", "max_score", "status", "flags", "report"]]
-    for o in outcomes:
-        scores = [o.problems.get(p) if o.score is not None else None for p in problems]
-        rows.append([o.student, *scores, o.score, o.max_score, o.status, ";".join(o.flags), str(o.report_path)])
-    return rows
-
-
-def write_csv(path: Path, rows: list[list]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows([[escape_cell(cell) for cell in row] for row in rows])
-
-
 def run_batch(
     folder: Path,
     csv_path: Path,
     jobs: int = 1,
     timeout: float = 900.0,
-    options=None,
+    options: gradebook.Options | None = None,
     only: list[str] | None = None,
     grader_command: list[str] | None = None,
     progress=print,
-    similarity_options: dict | None = None,
-    html: Path | None = None,
+    rerun_failed: bool = False,
 ) -> list[StudentGrade]:
-    """Grade every student of ``folder``, flag similar pairs (``similarity_options``: the
-    keyword arguments of grader.similarity.flag_batch; None: no similarity pass), write the
-    CSV (and what ``options``, a grader.gradebook.Options, asks for) and the dashboard
-    (``html``); return the rows in name order.
+    """Grade every student of ``folder``, then do what ``options`` asks for (the similarity
+    pass, the CSV, Canvas's file, the dashboard: :func:`course.gradebook.finish`, as ``slurm
+    merge`` does); return the rows in name order. With ``rerun_failed``, grade only the
+    students whose last run (of ``batch`` or Slurm, for this CSV) was killed, timed out,
+    failed or never recorded (a Slurm task that died); keep everyone else's results.
 
     Raises:
         DiscoveryError, OptionsError, RosterError: the folder cannot be read, or the options do
             not fit (before anyone is graded).
     """
-    from grader import gradebook  # it builds on this module's StudentGrade and CSV helpers
-
     options = options or gradebook.Options()
     grader_command = grader_command or [sys.executable, "-m", "grader", "grade"]
     students, notes = discover(folder, gradebook.submissions_folder(csv_path))
@@ -203,15 +135,23 @@ def run_batch(
     reports = gradebook.reports_folder(csv_path)
     reports.mkdir(parents=True, exist_ok=True)
     run = f"batch-{secrets.token_hex(4)}"
-    outcomes = grade_all(students, reports, timeout, grader_command, only, max(1, jobs), run, progress)
-    if similarity_options is not None:  # flags only, never a score
-        similarity.flag_batch(outcomes, reports, progress=progress, **similarity_options)
-    rows = gradebook.finish(outcomes, students, csv_path, options, run, progress)
-    if html is not None:
-        from grader.dashboard import write  # Jinja2: only when a dashboard is asked for
+    kept = previous_results(students, reports) if rerun_failed else {}
+    if rerun_failed:
+        progress(f"--rerun-failed: {len(students) - len(kept)} of {len(students)} students to grade again")
+    graded = grade_all([s for s in students if s.name not in kept], reports, timeout, grader_command, only,
+                       max(1, jobs), run, progress)
+    by_name = {o.student: o for o in graded} | kept
+    return gradebook.finish([by_name[s.name] for s in students], students, csv_path, options, run, progress)
 
-        write(reports, html)
-    return rows
+
+def previous_results(students: list[Student], reports: Path) -> dict[str, StudentGrade]:
+    """The students whose last recorded run finished (status ``graded``), with that record."""
+    kept = {}
+    for student in students:
+        record = gradebook.load_outcome(student.name, reports / "outcomes", None)
+        if record is not None and record.status == "graded":
+            kept[student.name] = record
+    return kept
 
 
 def grade_all(
@@ -220,14 +160,12 @@ def grade_all(
 ) -> list[StudentGrade]:
     """Grade ``students``, ``jobs`` at a time (each grader process leases a uid of its own for
     its children, see grader.processes.lease_uid), each leaving an outcome record of run ``run``."""
-    from grader.gradebook import save_outcome  # it builds on this module's StudentGrade
-
     done, lock = 0, threading.Lock()
 
     def grade(student: Student) -> StudentGrade:
         nonlocal done
         outcome = grade_student(student.name, student.path, reports, timeout, grader_command, student.flags, only)
-        save_outcome(outcome, run, reports / "outcomes")
+        gradebook.save_outcome(outcome, run, reports / "outcomes")
         with lock:
             done += 1
             progress(printable(progress_line(outcome, done, len(students))))
@@ -259,12 +197,23 @@ def add_gradebook_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--gpu-reports", type=Path, metavar="DIR",
                         help="GPU reports to merge (default: <csv stem>-reports/gpu/ when it exists)")
+    parser.add_argument("--canvas-without-gpu", action="store_true",
+                        help="a class graded without GPUs: write the CPU score to Canvas for students whose GPU "
+                             "criteria are blocked (default: an empty cell until the GPU merge)")
+    parser.add_argument("--html", type=Path, help="also write the class dashboard (one HTML file) here")
+    parser.add_argument("--adjustments", type=Path, metavar="FILE",
+                        help="late penalties, extensions and manual overrides per student (a CSV: student,late_penalty,"
+                             "override,reason); the CSV gets a final column, Canvas the final score")
+    parser.add_argument("--feedback", type=Path, metavar="DIR",
+                        help="also write each student's feedback (their view of the report) to DIR/<student>.txt")
 
 
-def gradebook_options(args: argparse.Namespace):
-    from grader import gradebook
-
-    return gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports)
+def gradebook_options(args: argparse.Namespace) -> gradebook.Options:
+    """The options of a command line; the similarity pass where the command has its options."""
+    threshold = None if getattr(args, "no_similarity", True) else args.similarity_threshold
+    return gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports, args.html,
+                             threshold, getattr(args, "public_solutions", None), args.canvas_without_gpu, args.adjustments,
+                             args.feedback)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -275,18 +224,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per student before it is killed")
     parser.add_argument("--only", nargs="+", action="extend", metavar="PROBLEM_OR_ID",
                         help="grade only these criteria; where a report exists, regrade them and keep the others")
+    parser.add_argument("--rerun-failed", action="store_true",
+                        help="grade again only the students whose last run for this CSV was killed, timed out, failed "
+                             "or died with its Slurm task; keep the others' results")
     add_gradebook_arguments(parser)
-    parser.add_argument("--html", type=Path, help="also write the class dashboard (one HTML file) here")
     similarity.add_arguments(parser)
 
 
 def usage_error(command: str, message: str) -> int:
-    print(f"python -m grader {command}: error: {message}", file=sys.stderr)
+    print(f"python -m course {command}: error: {message}", file=sys.stderr)
     return 2
 
 
 def run(args: argparse.Namespace) -> int:
-    """``python -m grader batch``."""
+    """``python -m course batch``."""
     if not args.folder.exists():
         return usage_error("batch", f"{args.folder}: no such folder or file")
     if args.jobs < 1 or args.timeout <= 0:
@@ -295,10 +246,9 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         return usage_error("batch", problem)
     start = time.monotonic()
-    similarity_options = None if args.no_similarity else {"threshold": args.similarity_threshold, "public_folder": args.public_solutions}
     try:
         outcomes = run_batch(args.folder, args.csv, args.jobs, args.timeout, gradebook_options(args), args.only,
-                             similarity_options=similarity_options, html=args.html)
+                             rerun_failed=args.rerun_failed)
     except (DiscoveryError, OptionsError, RosterError) as error:
         return usage_error("batch", str(error))
     review = [o.student for o in outcomes if "needs_review" in o.flags]

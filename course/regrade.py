@@ -4,7 +4,7 @@ A regrade (``batch --only ...`` on a class whose reports exist) and a GPU run (t
 a CPU machine reported ``blocked``) both produce a report of a few criteria. :func:`merge`
 replaces those criteria in the student's full report and keeps every other one as it was;
 the report remembers each merge under ``merged`` (which criteria, from which run, seed and
-environment), and the caller gets the changes for the changelog (grader.gradebook).
+environment), and the caller gets the changes for the changelog (course.gradebook).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import time
 def merge(old: dict, new: dict, source: str) -> tuple[dict, list[dict]]:
     """``(merged report, changes)``: ``old`` with each criterion of ``new`` replacing the one
     of the same id (a criterion ``old`` lacks is added). A change lists a criterion whose
-    points or status differ. Both reports must be valid (grader.batch reads them)."""
+    points or status differ. Both reports must be valid (course.batch reads them)."""
     replacements = {c.get("id"): c for c in new["criteria"]}
     criteria, changes = [], []
     for criterion in old["criteria"]:

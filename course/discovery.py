@@ -2,7 +2,7 @@
 
 A student is a subfolder, a ``.zip``, ``.tar.gz`` or ``.tgz`` (named after the folder or the
 archive's stem), or the files of one Canvas id in a Canvas "Download Submissions" layout
-(the zip itself, or the folder it was unpacked into; see grader.canvas). Canvas students are
+(the zip itself, or the folder it was unpacked into; see course.canvas). Canvas students are
 unpacked into ``unpack_to/<name>/``: their loose files under their original names, so the
 grader reads them like any folder, or the archive they uploaded. ``__MACOSX`` and hidden
 entries are skipped, and so is any other file; :func:`discover` says what it skipped.
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
-from grader import canvas
-from grader.submission import MAX_ARCHIVE_BYTES, STUDENT_FILES, SubmissionNotFound, load_submission
+from course import canvas
+from grader.submission import MAX_ARCHIVE_BYTES, STUDENT_FILES, SubmissionNotFound, load_submission, renamed_student_file
 
 ARCHIVES = (".zip", ".tar.gz", ".tgz")
 MAX_DOWNLOAD_ENTRIES = 100_000
@@ -94,7 +94,7 @@ def _from_download_zip(source: Path, unpack_to: Path) -> tuple[list[Student], li
             notes += _nested_notes(source, [i.filename for i in infos if i.filename not in flat])
             if not submissions:
                 raise DiscoveryError(
-                    f"{source}: no file named like a Canvas download (<name>_<canvas id>_<submission id>_<file>); "
+                    f"{source}: no file named like a Canvas download (<name>_<user id>_<attachment id>_<file>); "
                     "for a zip of student folders, unzip it and give the folder"
                 )
             students = _unpack_all(submissions, lambda entry: _read_member(archive, flat[entry]), unpack_to, notes)
@@ -117,8 +117,9 @@ def _unpack_all(
     older = sum(len(s.superseded) for s in submissions)
     notes.append(
         f"Canvas download: {len(submissions)} students ({late} late), unpacked into {unpack_to}; "
-        f"{older} older resubmission file(s) not graded"
+        f"{older} older upload(s) not graded"
     )
+    notes += [note for s in submissions if (note := s.note()) is not None]
     return students
 
 
@@ -130,8 +131,10 @@ def _unpack(submission: canvas.CanvasSubmission, read: Callable[[str], bytes], u
     folder.mkdir()
     flags = ["late"] if submission.late else []
     for original, file in sorted(submission.files.items()):
+        # a browser's rename ("pipeline (1).py") keeps its name, for the grader to recognise
+        name = original if renamed_student_file(original) else safe_file_name(original)
         try:
-            (folder / safe_file_name(original)).write_bytes(read(file.entry))
+            (folder / name).write_bytes(read(file.entry))
         except (OSError, ValueError) as error:
             flags += [f"unreadable_file:{safe_file_name(original)}", "needs_review"]
             (folder / f"{safe_file_name(original)}.unreadable.txt").write_text(f"{file.entry}: {error}\n")

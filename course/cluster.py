@@ -1,12 +1,12 @@
-"""Grade a class on a Slurm cluster: ``python -m grader slurm write | merge | task``.
+"""Grade a class on a Slurm cluster: ``python -m course slurm write | merge | task``.
 
-    python -m grader slurm write FOLDER --csv grades.csv [--submit [--wait]] [--gpu | --gpu-only]
+    python -m course slurm write FOLDER --csv grades.csv [--submit [--wait]] [--gpu | --gpu-only]
         [--per-task N] [--jobs J] [--timeout S] [--only ID ...] [--partition P] [--time MIN]
         [--mem SIZE] [--cpus-per-task C] [--max-running N] [--sbatch=--account=X ...] [--python EXE]
         [--gpu-partition P] [--gpu-cpus-per-task C] [--gpu-mem SIZE] [--gpu-python EXE]
         [--canvas FILE --assignment HEADER --roster EXPORT.csv --name-is KIND]
-    python -m grader slurm merge --csv grades.csv [--canvas FILE ...]   (rebuild the gradebook)
-    python -m grader slurm task PLAN [--task N]                         (what each array task runs)
+    python -m course slurm merge --csv grades.csv [--canvas FILE ...]   (rebuild the gradebook)
+    python -m course slurm task PLAN [--task N]                         (what each array task runs)
 
 ``write`` finds the students as ``batch`` does and writes ``<csv stem>-slurm/``:
 
@@ -19,7 +19,7 @@
   (Problem 2.3) on GPU nodes (``--gres=gpu:N``), into ``<csv stem>-reports/gpu/``.
 - ``merge.sbatch``: ``slurm merge`` after the arrays (``--dependency=afterany``): the CSV,
   the Canvas file, the changelog and the GPU results merged, exactly as ``batch`` writes
-  them (grader.gradebook). A student whose task died (time limit, node failure, scancel)
+  them (course.gradebook). A student whose task died (time limit, node failure, scancel)
   is a row flagged ``task_died`` with the task's log named, never a missing row.
 
 ``--submit`` runs sbatch for the arrays and the merge and prints the job ids; ``--wait`` also
@@ -42,8 +42,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grader import gradebook
-from grader.batch import (
+from course import gradebook, similarity
+from course.batch import (
     StudentGrade,
     add_gradebook_arguments,
     grade_all,
@@ -51,13 +51,19 @@ from grader.batch import (
     only_problem,
     usage_error,
 )
-from grader.canvas import OptionsError, RosterError
-from grader.discovery import DiscoveryError, Student, discover, safe_file_name
+from course.canvas import OptionsError, RosterError
+from course.discovery import DiscoveryError, Student, discover, safe_file_name
 from grader.layout import REPOSITORY
 from grader.protocol import write_atomic
 
 KINDS = ("cpu", "gpu")
+PREVIOUS_PLAN = "plan.previous.json"
 SBATCH_SECONDS = 120  # sbatch without --wait answers at once; a controller that does not is down
+GPU_CHECK_SECONDS = 180  # importing torch on a busy login node
+# The GPU array's interpreter: a CUDA build of torch (checked before submitting), and on the
+# node, CUDA usable (checked in the job's first step).
+CUDA_BUILD = "import sys, torch; sys.exit(0 if torch.version.cuda else 3)"
+CUDA_USABLE = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
 
 
 @dataclass
@@ -73,8 +79,8 @@ class Plan:
     timeout: float
     only: list[str] | None
     grader_command: list[str]
-    options: dict                # grader.gradebook.Options, for the merge
-    students: list[dict]         # grader.discovery.Student fields, paths absolute
+    options: dict                # course.gradebook.Options, for the merge
+    students: list[dict]         # course.discovery.Student fields, paths absolute
 
     def student_list(self) -> list[Student]:
         return [Student(s["name"], Path(s["path"]), list(s["flags"]), s.get("canvas_id", "")) for s in self.students]
@@ -94,7 +100,22 @@ def load_plan(path: Path) -> Plan:
     try:
         return Plan(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError) as error:
-        raise OptionsError(f"{path}: not a plan written by `python -m grader slurm write`: {error}") from None
+        raise OptionsError(f"{path}: not a plan written by `python -m course slurm write`: {error}") from None
+
+
+def gpu_python_problem(python: str, where: str) -> str:
+    return (f"--gpu: {python} cannot run torch with CUDA {where} (the course .venv has the CPU build by "
+            "default): give the GPU nodes' interpreter with --gpu-python PATH")
+
+
+def check_gpu_python(python: str) -> None:
+    """Raises OptionsError unless ``python`` imports a CUDA build of torch (this node may have no GPU)."""
+    try:
+        result = subprocess.run([python, "-c", CUDA_BUILD], capture_output=True, timeout=GPU_CHECK_SECONDS)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise OptionsError(gpu_python_problem(python, f"({type(error).__name__})")) from None
+    if result.returncode != 0:
+        raise OptionsError(gpu_python_problem(python, "(no CUDA build of torch)"))
 
 
 def gpu_criteria() -> tuple[list[str], int]:
@@ -128,11 +149,11 @@ def array_script(plan: Plan, plan_path: Path, args: argparse.Namespace, gpus: in
     logs = slurm_folder(Path(plan.csv)) / "logs"
     lines = [
         "#!/bin/bash",
-        f"# Written by `python -m grader slurm write` on {time.strftime('%Y-%m-%d %H:%M')}: {len(plan.students)} students,",
+        f"# Written by `python -m course slurm write` on {time.strftime('%Y-%m-%d %H:%M')}: {len(plan.students)} students,",
         f"# {plan.tasks} array tasks of at most {per_task}, grading "
         f"{'the GPU criteria ' + ' '.join(plan.only or []) if gpu else 'on CPUs'}.",
         f"# Submit with `sbatch {plan_path.parent / 'grade.sbatch'}`;",
-        f"# afterwards `python -m grader slurm merge --csv {plan.csv}`.",
+        f"# afterwards `python -m course slurm merge --csv {plan.csv}`.",
         f"#SBATCH --job-name=grade-{plan.kind}-{safe_file_name(Path(plan.csv).stem)}",
         f"#SBATCH --array=0-{plan.tasks - 1}" + (f"%{args.max_running}" if args.max_running else ""),
         f"#SBATCH --cpus-per-task={args.gpu_cpus_per_task if gpu else args.cpus_per_task}",
@@ -149,7 +170,9 @@ def array_script(plan: Plan, plan_path: Path, args: argparse.Namespace, gpus: in
     lines += ["set -euo pipefail", f"cd {shlex.quote(str(REPOSITORY))}"]
     if gpu:
         lines.append("nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv || true")
-    lines.append(f"exec {shlex.quote(plan.grader_command[0])} -m grader slurm task {shlex.quote(str(plan_path))}")
+        python = shlex.quote(plan.grader_command[0])
+        lines.append(f"{python} -c {shlex.quote(CUDA_USABLE)} || {{ echo {shlex.quote(gpu_python_problem(plan.grader_command[0], 'on this node'))} >&2; exit 3; }}")
+    lines.append(f"exec {shlex.quote(plan.grader_command[0])} -m course slurm task {shlex.quote(str(plan_path))}")
     return "\n".join(lines) + "\n"
 
 
@@ -157,7 +180,7 @@ def merge_script(csv_path: Path, args: argparse.Namespace) -> str:
     logs = slurm_folder(csv_path) / "logs"
     lines = [
         "#!/bin/bash",
-        "# Written by `python -m grader slurm write`: builds the gradebook once the arrays have ended.",
+        "# Written by `python -m course slurm write`: builds the gradebook once the arrays have ended.",
         f"#SBATCH --job-name=grade-merge-{safe_file_name(csv_path.stem)}",
         "#SBATCH --cpus-per-task=1",
         "#SBATCH --mem=2G",
@@ -168,18 +191,14 @@ def merge_script(csv_path: Path, args: argparse.Namespace) -> str:
         lines.append(f"#SBATCH --partition={args.partition}")
     lines += [f"#SBATCH {extra}" for extra in args.sbatch]
     lines += ["set -euo pipefail", f"cd {shlex.quote(str(REPOSITORY))}",
-              f"exec {shlex.quote(args.python)} -m grader slurm merge --csv {shlex.quote(str(csv_path))}"]
+              f"exec {shlex.quote(args.python)} -m course slurm merge --csv {shlex.quote(str(csv_path))}"]
     return "\n".join(lines) + "\n"
 
 
 def write(args: argparse.Namespace) -> list[Path]:
     """Write the plans and scripts; return the array scripts, the merge script last."""
     csv_path = args.csv.resolve()
-    def absolute(path: Path | None) -> Path | None:
-        return path and path.resolve()
-
-    options = gradebook.Options(absolute(args.canvas), args.assignment, absolute(args.roster), args.name_is,
-                                absolute(args.gpu_reports))
+    options = gradebook_options(args).absolute()  # the merge runs elsewhere
     students, notes = discover(args.folder.resolve(), gradebook.submissions_folder(csv_path))
     for note in [*notes, *gradebook.notes(options, gradebook.check(options, students))]:
         print(note)
@@ -195,6 +214,8 @@ def write(args: argparse.Namespace) -> list[Path]:
         only, gpus = gpu_criteria() if kind == "gpu" else (args.only, 0)
         reports = gradebook.reports_folder(csv_path) / ("gpu" if kind == "gpu" else "")
         python = (args.gpu_python or args.python) if kind == "gpu" else args.python
+        if kind == "gpu":
+            check_gpu_python(python)
         plan = Plan(
             kind=kind, run=f"slurm-{kind}-{secrets.token_hex(4)}", csv=str(csv_path), reports=str(reports.resolve()),
             tasks=max(1, math.ceil(len(students) / args.per_task)), jobs=1 if kind == "gpu" else args.jobs,
@@ -203,6 +224,8 @@ def write(args: argparse.Namespace) -> list[Path]:
         )
         plan_path = folder / kind / "plan.json"
         plan_path.parent.mkdir(exist_ok=True)
+        if plan_path.exists():  # kept until this plan is submitted: a failed submit puts it back
+            os.replace(plan_path, plan_path.with_name(PREVIOUS_PLAN))
         write_atomic(plan_path, json.dumps(asdict(plan), indent=1) + "\n")
         script = plan_path.parent / "grade.sbatch"
         script.write_text(array_script(plan, plan_path, args, gpus))
@@ -231,10 +254,24 @@ def _sbatch(arguments: list[str], wait: bool = False) -> tuple[str, int]:
 
 
 def submit(scripts: list[Path], csv_path: Path, wait: bool) -> int:
-    """Submit the arrays, then the merge after them (job ids in ``jobs.json``); with
-    ``wait``, the merge job's exit status once it has ended, else 0."""
+    """Submit the arrays, then the merge after those that went in (job ids in ``jobs.json``);
+    with ``wait``, the merge job's exit status once it has ended, else 0 (1 when an array was
+    refused). A refused array's plan is withdrawn (the one before it, if any, put back), so no
+    later merge waits for students it never graded."""
     *arrays, merge_job = scripts
-    jobs = {script.parent.name: _sbatch([str(script)])[0] for script in arrays}
+    jobs, refused = {}, []
+    for script in arrays:
+        try:
+            jobs[script.parent.name] = _sbatch([str(script)])[0]
+        except OptionsError as error:
+            _withdraw(script.parent)
+            refused.append(f"the {script.parent.name} array was not submitted, its plan withdrawn: {error}")
+        else:
+            (script.parent / PREVIOUS_PLAN).unlink(missing_ok=True)
+    for line in refused:
+        print(line)
+    if not jobs:
+        raise OptionsError("no array was submitted")
     write_atomic(slurm_folder(csv_path) / "jobs.json", json.dumps(jobs) + "\n")
     for kind, job in jobs.items():
         print(f"submitted the {kind} array: job {job}")
@@ -246,7 +283,16 @@ def submit(scripts: list[Path], csv_path: Path, wait: bool) -> int:
     print(f"submitted the merge: job {jobs['merge']}, after {', '.join(v for k, v in jobs.items() if k != 'merge')}")
     if status != 0:
         print(f"the merge job failed (exit status {status}): see {slurm_folder(csv_path) / 'logs'}/merge-{jobs['merge']}.out")
-    return status
+    return status or (1 if refused else 0)
+
+
+def _withdraw(folder: Path) -> None:
+    """The plan of ``folder`` no longer counts; the one it replaced (if any) counts again."""
+    previous = folder / PREVIOUS_PLAN
+    if previous.exists():
+        os.replace(previous, folder / "plan.json")
+    else:
+        (folder / "plan.json").unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- task
@@ -288,7 +334,7 @@ def merge(csv_path: Path, overrides: gradebook.Options, progress=print) -> list[
     folder = slurm_folder(csv_path)
     plans = {kind: load_plan(folder / kind / "plan.json") for kind in KINDS if (folder / kind / "plan.json").exists()}
     if not plans:
-        raise OptionsError(f"no plan in {folder}: run `python -m grader slurm write ... --csv {csv_path}` first")
+        raise OptionsError(f"no plan in {folder}: run `python -m course slurm write ... --csv {csv_path}` first")
     try:
         jobs = json.loads((folder / "jobs.json").read_text())
     except (OSError, ValueError):
@@ -352,6 +398,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     write_parser.add_argument("--gpu-mem", default="32G", help="memory per GPU task (default 32G)")
     write_parser.add_argument("--gpu-python", help="the Python of the GPU nodes, with a CUDA torch (default: --python)")
     add_gradebook_arguments(write_parser)
+    similarity.add_arguments(write_parser)
     merge_parser = commands.add_parser("merge", help="build the CSV / Canvas file / changelog from the tasks' reports")
     merge_parser.add_argument("--csv", type=Path, required=True, help="the CSV given to `slurm write`")
     add_gradebook_arguments(merge_parser)
@@ -361,7 +408,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``python -m grader slurm write|merge|task``."""
+    """``python -m course slurm write|merge|task``."""
     command = f"slurm {args.slurm_command}"
     try:
         if args.slurm_command == "task":
@@ -384,14 +431,14 @@ def _write_and_submit(args: argparse.Namespace) -> int:
         "--per-task and --jobs must be >= 1 and --timeout > 0" if args.per_task < 1 or args.jobs < 1 or args.timeout <= 0
         else "--wait needs --submit" if args.wait and not args.submit
         else only_problem(args.only) if args.only
-        else None
+        else similarity.argument_problem(args)
     )
     if problem is not None:
         return usage_error("slurm write", problem)
     scripts = write(args)
     if not args.submit:
         print("submit with: " + " ; ".join(f"sbatch {s}" for s in scripts[:-1]) +
-              f" ; then, once they have ended: python -m grader slurm merge --csv {args.csv}")
+              f" ; then, once they have ended: python -m course slurm merge --csv {args.csv}")
         return 0
     status = submit(scripts, args.csv.resolve(), args.wait)
     if args.wait and status == 0:

@@ -5,8 +5,9 @@ where 2.3 is ``blocked``, and GPU runs of ``--only 2.3-speedup`` as a two-GPU no
 import csv
 import json
 
-from grader import batch, gradebook
-from grader.discovery import Student
+from course import gradebook
+from course.discovery import Student
+from course.outcomes import StudentGrade, apply_report
 
 FILES = {"pipeline.py": "a" * 64, "tensor_parallel.py": "b" * 64}
 
@@ -46,13 +47,13 @@ def test_gpu_results_reach_the_csv_canvas_and_json(tmp_path):
     outcomes, students = [], []
     for name in ("alice", "bob", "carol", "dave", "erin", "frank"):
         (reports / f"{name}.json").write_text(json.dumps(CPU))
-        outcome = batch.StudentGrade(name, tmp_path / name, reports / f"{name}.json")
-        batch._apply_report(outcome, CPU)
+        outcome = StudentGrade(name, tmp_path / name, reports / f"{name}.json")
+        apply_report(outcome, CPU)
         outcomes.append(outcome)
         students.append(Student(name, tmp_path / name, [], canvas_id=str(100 + len(students))))
     options = gradebook.Options(canvas=tmp_path / "canvas.csv", assignment="HW5 (77)")
     for _ in range(2):  # a merge run twice gives the same files
-        rows = gradebook.finish([batch.StudentGrade(**vars(o)) for o in outcomes], students, csv_path, options, "run",
+        rows = gradebook.finish([StudentGrade(**vars(o)) for o in outcomes], students, csv_path, options, "run",
                                 progress=lambda line: None)
         with open(csv_path, newline="") as handle:
             table = {row["student"]: row for row in csv.DictReader(handle)}
@@ -75,7 +76,16 @@ def test_gpu_results_reach_the_csv_canvas_and_json(tmp_path):
     assert json.loads((reports / "dave.json").read_text()) == CPU  # a smoke run measured nothing
     with open(tmp_path / "canvas.csv", newline="") as handle:
         canvas_scores = {row["Student"]: row["HW5 (77)"] for row in csv.DictReader(handle)}
-    assert canvas_scores["alice"] == "18" and canvas_scores["carol"] == "8" and canvas_scores["ghost"] == ""
+    # criteria blocked until a GPU run (carol, dave, frank): an empty cell, "no change" for Canvas
+    assert canvas_scores == {"alice": "18", "bob": "8", "carol": "", "dave": "", "erin": "18", "frank": "", "ghost": ""}
+    lines = []
+    gradebook.finish([StudentGrade(**vars(o)) for o in outcomes], students, csv_path,
+                     gradebook.Options(canvas=tmp_path / "canvas.csv", assignment="HW5 (77)", canvas_without_gpu=True),
+                     "run", progress=lines.append)
+    with open(tmp_path / "canvas.csv", newline="") as handle:
+        canvas_scores = {row["Student"]: row["HW5 (77)"] for row in csv.DictReader(handle)}
+    assert (canvas_scores["carol"], canvas_scores["frank"]) == ("8", "8")  # a class graded without GPUs
+    assert not any("EMPTY cell" in line for line in lines)
 
 
 def test_gpu_reports_elsewhere_and_none_at_all(tmp_path):
@@ -88,8 +98,8 @@ def test_gpu_reports_elsewhere_and_none_at_all(tmp_path):
     (elsewhere / "alice.json").write_text(json.dumps(gpu("passed", 10)))
 
     def run(options):
-        outcome = batch.StudentGrade("alice", tmp_path, reports / "alice.json")
-        batch._apply_report(outcome, json.loads((reports / "alice.json").read_text()))
+        outcome = StudentGrade("alice", tmp_path, reports / "alice.json")
+        apply_report(outcome, json.loads((reports / "alice.json").read_text()))
         return gradebook.finish([outcome], [Student("alice", tmp_path, [])], csv_path, options, "run", lambda line: None)[0]
 
     assert run(gradebook.Options()).flags == ["blocked_points=10"]  # no GPU folder: nothing to say

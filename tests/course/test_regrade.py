@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from grading_helpers import answer_key_source, write_submission
 
-from grader import batch, gradebook, regrade
-from grader.batch import StudentGrade
+from course import batch, gradebook, regrade
+from course.outcomes import StudentGrade
 from grader.layout import REPOSITORY as REPO
 
 
@@ -80,7 +80,7 @@ def test_the_changelog_logs_a_run_once(tmp_path):
 
 def run_batch(folder: Path, csv_path: Path, *only: str) -> subprocess.CompletedProcess:
     result = subprocess.run(
-        [sys.executable, "-m", "grader", "batch", str(folder), "--csv", str(csv_path), "--jobs", "2", "--only", *only],
+        [sys.executable, "-m", "course", "batch", str(folder), "--csv", str(csv_path), "--jobs", "2", "--only", *only],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr

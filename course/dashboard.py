@@ -1,13 +1,15 @@
 """The class dashboard: one self-contained HTML file from a batch's reports folder.
 
-    python -m grader dashboard REPORTS --html class.html [--title TEXT]
-    python -m grader batch FOLDER --csv grades.csv --html class.html   (the same, after grading)
+    python -m course dashboard REPORTS --html class.html [--title TEXT]
+    python -m course batch FOLDER --csv grades.csv --html class.html   (the same, after grading)
 
-REPORTS is the ``<csv stem>-reports/`` folder that ``batch`` writes: one ``<student>.json``
-report and ``<student>.log`` per student, and the similarity pass's pairs
-(:data:`similarity.SIMILARITY_FILE`) when it ran. The page shows the score distribution, per-problem
+REPORTS is the ``<csv stem>-reports/`` folder that ``batch`` and ``slurm merge`` write: one
+``<student>.json`` report and ``<student>.log`` per student, the similarity pass's pairs
+(:data:`similarity.SIMILARITY_FILE`) when it ran, and the gradebook's rows
+(:data:`course.outcomes.ROWS_FILE`: each student's name and every flag of the CSV). The page shows the score distribution, per-problem
 averages, per-criterion pass rates with the most common failure messages, the students to
-look at, the similar pairs with their overlapping code, and every student's criteria and
+look at (whatever flagged them: the report, the gradebook, 0 points), every student by score,
+lowest first, the similar pairs with their overlapping code, and every student's criteria and
 messages as the student sees them.
 
 The page is one file that needs nothing else: no network, no script at all (expandable
@@ -29,8 +31,9 @@ from pathlib import Path
 
 import jinja2
 
-from grader import similarity
-from grader.batch import _problem_key
+from course import similarity
+from course.discovery import archive_stem
+from course.outcomes import ROWS_FILE, load_rows, problem_key
 from grader.layout import DEFAULT_RUBRIC, STUDENT_FILES
 from grader.protocol import read_json_report
 
@@ -59,6 +62,7 @@ class Student:
     findings: list[dict] = field(default_factory=list)
     reasons: list[tuple[str, str]] = field(default_factory=list)  # (kind, text): why to look at them
     partners: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # the gradebook CSV's flags, when the rows were saved
 
     @property
     def score(self) -> float | None:
@@ -98,25 +102,31 @@ def _text(value: object, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 
 def student_name(submission: object, fallback: str) -> str:
-    """The name ``batch`` gave a student: its folder's name, or its zip's without ``.zip``."""
+    """The name ``batch`` gave a student: its folder's name, or its archive's without
+    ``.zip``, ``.tar.gz`` or ``.tgz`` (used when the gradebook's rows were not saved)."""
     if not isinstance(submission, str) or not submission.strip():
         return fallback
     path = Path(submission)
-    return path.stem if path.suffix.lower() == ".zip" else path.name
+    return archive_stem(path.name) or path.name
 
 
 def load_students(reports: Path) -> list[Student]:
     """Every student of a reports folder: one per ``.json`` or ``.log`` (a log without a valid
-    report is a student the grader failed on)."""
-    stems = sorted({p.stem for p in reports.glob("*.json") if p.name != similarity.SIMILARITY_FILE} | {p.stem for p in reports.glob("*.log")})
+    report is a student the grader failed on) or row of the gradebook (a Slurm task that died
+    left neither), named as the gradebook names them."""
+    rows = load_rows(reports)
+    special = {similarity.SIMILARITY_FILE, ROWS_FILE}
+    stems = sorted({p.stem for p in reports.glob("*.json") if p.name not in special} | {p.stem for p in reports.glob("*.log")}
+                   | {Path(name).stem for name in rows})
     students, seen = [], set()
     for index, stem in enumerate(stems):
         report = read_json_report(reports / f"{stem}.json")
-        name = student_name(report.get("submission"), stem) if report else stem
+        row = rows.get(f"{stem}.json")
+        name = row["student"] if row else student_name(report.get("submission"), stem) if report else stem
         if name in seen:  # alice/ and alice.zip, as batch names them
             name = Path(report["submission"]).name if report else stem
         seen.add(name)
-        student = Student(name, f"s{index}", report, f"{stem}.json")
+        student = Student(name, f"s{index}", report, f"{stem}.json", flags=[str(f) for f in row["flags"]] if row else [])
         if report:
             student.criteria = [_criterion(c) for c in report["criteria"]]
             student.notes = [_text(note, 600) for note in _list(report.get("notes"))]
@@ -125,12 +135,19 @@ def load_students(reports: Path) -> list[Student]:
     return students
 
 
+# Gradebook flags the page says in its own words (similar pairs, missing files, blocked criteria,
+# the report's own review reasons and errors) or that ask for no one (late).
+SAID_ELSEWHERE = ("needs_review", "similar_to=", "missing:", "blocked_points=", "policy_findings=", "criterion_errors=", "late")
+
+
 def review_reasons(student: Student) -> list[tuple[str, str]]:
-    """Why a TA should look at this student, as ``(kind, text)`` (the blocked points of the
-    whole class are said once, elsewhere)."""
+    """Why a TA should look at this student, as ``(kind, text)``: what the report says, what the
+    gradebook flagged, 0 points (the blocked points of the whole class are said once, elsewhere)."""
     report = student.report
+    flagged = [flag for flag in student.flags if not flag.startswith(SAID_ELSEWHERE)]
+    from_gradebook = [("review", f"gradebook: {', '.join(flagged)}")] if flagged and "needs_review" in student.flags else []
     if report is None:
-        return [("error", "no valid report: the grader failed on this submission (see its .log)")]
+        return [("error", "no valid report: the grader failed on this submission (see its .log)"), *from_gradebook]
     reasons = []
     if report.get("complete") is not True:
         reasons.append(("timeout", "grading did not finish (the batch's time limit?); the score counts the criteria graded"))
@@ -142,9 +159,18 @@ def review_reasons(student: Student) -> list[tuple[str, str]]:
     reasons += [("missing", f"missing {name}") for name in STUDENT_FILES if name not in files]
     review = _list(report.get("review_reasons"))
     reasons += [("review", f"needs review: {_text(reason, 300)}") for reason in review]
-    if report.get("needs_review") is True and not review:
+    unexplained = "needs_review" in student.flags and student.flags == ["needs_review"]
+    if (report.get("needs_review") is True or unexplained) and not review and not from_gradebook:
         reasons.append(("review", "needs review"))
+    reasons += from_gradebook
+    if student.score == 0 and student.achievable > 0:
+        reasons.append(("zero", "0 points"))
     return reasons
+
+
+def by_score(students: list[Student]) -> list[Student]:
+    """Every student, lowest score first (no score at all first of all), then by name."""
+    return sorted(students, key=lambda s: (s.score is not None, s.score or 0, s.name))
 
 
 def normalise(message: object) -> str:
@@ -214,7 +240,7 @@ def problem_rows(students: list[Student], criteria: list[dict], titles: dict[str
         for problem, value in per_problem.items():
             earned.setdefault(problem, []).append(value)
     rows = []
-    for problem in sorted({row["problem"] for row in criteria}, key=_problem_key):
+    for problem in sorted({row["problem"] for row in criteria}, key=problem_key):
         own = [row for row in criteria if row["problem"] == problem]
         points = sum(row["points"] for row in own if row["graded"])
         mean = statistics.fmean(earned[problem]) if problem in earned else None
@@ -279,7 +305,8 @@ def summarise(reports: Path) -> dict:
         "histogram": histogram(scores, top),
         "problems": problem_rows(students, criteria, problem_titles()),
         "criteria": criteria,
-        "blocked": blocked, "look_at": [s for s in students if s.reasons], "pairs": pairs,
+        "blocked": blocked, "look_at": by_score([s for s in students if s.reasons]), "pairs": pairs,
+        "by_score": by_score(students),
         "similarity_ran": (reports / similarity.SIMILARITY_FILE).exists(),
     }
 
@@ -321,17 +348,17 @@ def write(reports: Path, html: Path, title: str = "Class dashboard") -> dict:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``dashboard`` command's arguments."""
-    parser.add_argument("reports", type=Path, help="the <csv stem>-reports/ folder that `python -m grader batch` wrote")
+    parser.add_argument("reports", type=Path, help="the <csv stem>-reports/ folder that `python -m course batch` wrote")
     parser.add_argument("--html", type=Path, required=True, help="the HTML file to write")
     parser.add_argument("--title", default="Class dashboard", help="the page's title")
 
 
 def run(args: argparse.Namespace) -> int:
-    """``python -m grader dashboard``."""
+    """``python -m course dashboard``."""
     try:
         context = write(args.reports, args.html, args.title)
     except DashboardError as error:
-        print(f"python -m grader dashboard: error: {error}", file=sys.stderr)
+        print(f"python -m course dashboard: error: {error}", file=sys.stderr)
         return 2
     print(f"{len(context['students'])} students, {len(context['look_at'])} to look at, "
           f"{len(context['pairs'])} similar pairs -> {args.html}")
