@@ -630,13 +630,13 @@ def judge_recompute_grads(seed: int, params: dict, observation: dict) -> None:
             if not same:
                 raise Fail(f"{what}: the plain run inside your process differs from the grader's ({name}); "
                            "does your module change torch's global state?")
-        for name, plain, mine in _pairs(case["plain"], case["student"]):
+        for name, plain, mine in _pairs(case["plain"], case["student"], what):
             if not close(mine, plain, rtol=0.0, atol=0.0):
                 hint = " (are the random numbers of the forward drawn again in backward?)" if dropout and name.startswith("grad") else ""
                 raise Fail(f"{what}: {name} is not bit-identical to the plain run: it {difference(mine, plain)}{hint}")
 
 
-def _pairs(first: dict, second: dict):
+def _pairs(first: dict, second: dict, what: str = ""):
     names = ["output", "rng_after_forward", "rng_after_backward"]
     for name in names:
         yield (name if name == "output" else f"RNG state {name[4:].replace('_', ' ')}"), first[name], second[name]
@@ -644,7 +644,7 @@ def _pairs(first: dict, second: dict):
     for label, a, b in zip(labels, first["grads"], second["grads"]):
         if a is not None or b is not None:
             if a is None or b is None:
-                raise Fail(f"{label}: {'none expected' if a is None else 'expected a gradient'}, got "
+                raise Fail(f"{what}: {label}: {'none expected' if a is None else 'expected a gradient'}, got "
                            f"{'none' if b is None else 'a gradient'}")
             yield label, a, b
 
