@@ -426,6 +426,23 @@ RECOMPUTE_CASES = [
 ]
 
 
+def recompute_cases(seed: int) -> list:
+    """The fixed cases, then three drawn from everything the contract allows (seeded)."""
+    rng = random.Random(seed + 2)
+    drawn = []
+    for _ in range(3):
+        layers = rng.randint(1, 12)
+        kind = rng.choice(["grader", "frozen", "no-params", "functions"])
+        drawn.append(RecomputeCase(
+            layers, rng.choice([None, rng.randint(1, layers)]), rng.choice([0.0, 0.1, 0.5]), kind=kind,
+            function_every=2 if kind == "functions" else 0, input_grad=rng.random() < 0.7,
+            shape=rng.choice([(), (1,), (BATCH,), (2, 3)]), dtype=rng.choice(["float64", "float32"]),
+            transposed=rng.random() < 0.3, warm_up=rng.random() < 0.3,
+            container=rng.choice(["list", "tuple"] if kind == "functions" else list(CONTAINERS)),
+        ))
+    return RECOMPUTE_CASES + drawn
+
+
 class PlainFunction:
     """``sin(x)``: a layer that is a plain callable, not an ``nn.Module`` (no parameters).
     ``on_call`` (set by the grader while it counts) is called on every call."""
@@ -507,7 +524,7 @@ def _tanh_dropout(pre: torch.Tensor, dropout: float) -> torch.Tensor:
 
 def build_case(seed: int, index: int):
     """The layers (a plain list), input and RNG seed of recomputation case ``index``, from ``seed``."""
-    case = RECOMPUTE_CASES[index]
+    case = recompute_cases(seed)[index]
     dtype = getattr(torch, case.dtype)
     generator = torch.Generator().manual_seed(seed * 100 + index)
     layers = []
@@ -529,9 +546,9 @@ def build_case(seed: int, index: int):
     return layers, x.requires_grad_(case.input_grad), seed * 100 + index + 1
 
 
-def _as_passed(layers: list, index: int):
-    """The layers in the container case ``index`` passes them in."""
-    container = CONTAINERS[RECOMPUTE_CASES[index].container]
+def _as_passed(layers: list, case: RecomputeCase):
+    """The layers in the container ``case`` passes them in."""
+    container = CONTAINERS[case.container]
     return container(*layers) if container is nn.Sequential else container(layers)
 
 
@@ -592,10 +609,10 @@ def _forbid_torch_checkpoint():
             torch_checkpoint.CheckpointFunction.forward = original
 
 
-def _warm_up(student, layers, index: int) -> None:
+def _warm_up(student, layers, case: RecomputeCase) -> None:
     """Use the layers once with another input shape and segment count, then forget the grads."""
-    x = torch.randn(3, 1, WIDTH, dtype=getattr(torch, RECOMPUTE_CASES[index].dtype), requires_grad=True)
-    _checkpoint_call(student, _as_passed(layers, index), x, len(layers)).sum().backward()
+    x = torch.randn(3, 1, WIDTH, dtype=getattr(torch, case.dtype), requires_grad=True)
+    _checkpoint_call(student, _as_passed(layers, case), x, len(layers)).sum().backward()
     for parameter in _parameters(layers):
         parameter.grad = None
 
@@ -605,16 +622,16 @@ def observe_recompute_grads(seed: int, params: dict) -> dict:
     """Outputs, gradients and RNG states of the plain run and of the student's checkpointed run."""
     student = _student()
     cases = []
-    for index, case in enumerate(RECOMPUTE_CASES):
+    for index, case in enumerate(recompute_cases(seed)):
         layers, x, rng_seed = build_case(seed, index)
         plain = plain_run(layers, x, rng_seed)
         for parameter in _parameters(layers):
             parameter.grad = None
         x.grad = None
         if case.warm_up:
-            _warm_up(student, layers, index)
+            _warm_up(student, layers, case)
         torch.manual_seed(rng_seed)
-        output = _checkpoint_call(student, _as_passed(layers, index), x, case.segments)
+        output = _checkpoint_call(student, _as_passed(layers, case), x, case.segments)
         cases.append({"case": index, "plain": plain, "student": _finish(layers, x, output)})
     return {"cases": cases}
 
@@ -622,12 +639,13 @@ def observe_recompute_grads(seed: int, params: dict) -> dict:
 @_single_threaded
 def judge_recompute_grads(seed: int, params: dict, observation: dict) -> None:
     """Bit-identical output and gradients, and the global RNG left as the plain run leaves it."""
-    entries = expect_cases(observation["cases"], list(range(len(RECOMPUTE_CASES))), "checkpoint_sequential")
+    cases = recompute_cases(seed)
+    entries = expect_cases(observation["cases"], list(range(len(cases))), "checkpoint_sequential")
     for index, case in enumerate(entries):
-        dropout = RECOMPUTE_CASES[index].dropout
+        dropout = cases[index].dropout
         layers, x, rng_seed = build_case(seed, index)
         reference = plain_run(layers, x, rng_seed)
-        what = RECOMPUTE_CASES[index].describe()
+        what = f"{cases[index].describe()} (case {index}, seed {seed})"
         # The child's plain run is the bit-level reference (same process, same kernels); it
         # must itself agree with the grader's own run, or the child was tampered with.
         for name, ours, theirs in _pairs(reference, case["plain"]):
@@ -814,9 +832,9 @@ def observe_recompute_count(seed: int, params: dict) -> dict:
         case = RECOMPUTE_CASES[index]
         layers, x, rng_seed = build_case(seed, index)
         if case.warm_up:
-            _warm_up(student, layers, index)
+            _warm_up(student, layers, case)
         torch.manual_seed(rng_seed)
-        measured = _measure(lambda: _checkpoint_call(student, _as_passed(layers, index), x, case.segments), layers, x)
+        measured = _measure(lambda: _checkpoint_call(student, _as_passed(layers, case), x, case.segments), layers, x)
         results.append({"case": index, "calls": measured["calls"], "order": measured["order"]})
     return {"cases": results}
 
