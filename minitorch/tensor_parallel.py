@@ -577,8 +577,8 @@ class ParallelMLP(nn.Module):
     def __init__(self, hidden_size: int, ffn_hidden_size: int, *, sequence_parallel: bool = False,
                  seed: int = 0, dtype: torch.dtype | None = None,
                  master: dict[str, Tensor] | None = None):
-        super().__init__()
         # BEGIN SOLUTION 3.3
+        super().__init__()
         master = master or {}
         self.fc1 = ColumnParallelLinear(hidden_size, ffn_hidden_size, sequence_parallel=sequence_parallel,
                                         seed=seed, dtype=dtype, master=submaster(master, "fc1") or None)
@@ -616,11 +616,11 @@ class ParallelSelfAttention(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, *, causal: bool = True,
                  sequence_parallel: bool = False, seed: int = 0, dtype: torch.dtype | None = None,
                  master: dict[str, Tensor] | None = None):
+        # BEGIN SOLUTION 3.3
         super().__init__()
         if hidden_size % num_heads != 0:
             raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
         self.num_heads, self.head_dim, self.causal = num_heads, hidden_size // num_heads, causal
-        # BEGIN SOLUTION 3.3
         self.local_heads = divide(num_heads, get_world_size(), "num_heads")
         names = ("q", "k", "v", "out")
         if not master:
@@ -717,15 +717,14 @@ class ParallelTransformerLayer(nn.Module):
                  causal: bool = True, sequence_parallel: bool = False, eps: float = 1e-5,
                  seed: int = 0, dtype: torch.dtype | None = None,
                  master: dict[str, Tensor] | None = None):
+        # BEGIN SOLUTION 3.3
         super().__init__()
         master = master or {}
         ffn_hidden_size = ffn_hidden_size or 4 * hidden_size
-        self.sequence_parallel = sequence_parallel
         self.ln1 = ReplicatedLayerNorm(hidden_size, eps, sequence_parallel=sequence_parallel,
                                        dtype=dtype, master=submaster(master, "ln1"))
         self.ln2 = ReplicatedLayerNorm(hidden_size, eps, sequence_parallel=sequence_parallel,
                                        dtype=dtype, master=submaster(master, "ln2"))
-        # BEGIN SOLUTION 3.3
         self.attention = ParallelSelfAttention(hidden_size, num_heads, causal=causal,
                                                sequence_parallel=sequence_parallel, seed=seed,
                                                dtype=dtype, master=submaster(master, "attention"))
@@ -900,8 +899,8 @@ class ParallelLanguageModel(nn.Module):
                  ffn_hidden_size: int | None = None, *, sequence_parallel: bool = False,
                  eps: float = 1e-5, seed: int = 0, dtype: torch.dtype | None = None,
                  master: dict[str, Tensor] | None = None):
-        super().__init__()
         # BEGIN SOLUTION 3.6
+        super().__init__()
         master = master or {}
         self.sequence_parallel = sequence_parallel
         self.embedding = VocabParallelEmbedding(vocab_size, hidden_size, seed=seed, dtype=dtype,
