@@ -1232,12 +1232,13 @@ def _check_module(build, master: dict, inputs: list, grad=None) -> dict:
     caller's tensors changed, and whether a parameter shares memory with a master tensor."""
     before_master, before = _watched(master, *inputs)
     module = build()
-    aliased = sorted(name for name, p in module.named_parameters() if _storages([p]) & _storages(master.values()))
+    parameters = dict(module.named_parameters()) if isinstance(module, nn.Module) else {}
+    aliased = sorted(name for name, p in parameters.items() if _storages([p]) & _storages(master.values()))
     y = module(*inputs)
     if grad is not None:
         _backward(y, grad if y.dim() else 1.0)
         with torch.no_grad():
-            for parameter in module.parameters():
+            for parameter in parameters.values():
                 if parameter.grad is not None:
                     parameter -= LR * parameter.grad
     return {"changed": _changes(master, before_master, inputs, before), "aliased": aliased}
