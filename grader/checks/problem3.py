@@ -1310,12 +1310,12 @@ def judge_caller_unchanged(seed: int, params: dict, observation) -> None:
                 if result.get("grad_changed"):
                     raise Fail(f"{where}: its backward changed the gradient autograd handed it, in place; that "
                                "tensor is not yours (other functions may use it)")
-                if result.get("changed"):
-                    raise Fail(f"{where} changed the caller's {', '.join(result['changed'])} in place (checked "
-                               "after forward, backward and one SGD step); leave them as they were")
                 if result.get("aliased"):
                     raise Fail(f"{where}: parameter(s) {', '.join(result['aliased'])} share memory with the master "
                                "tensors they were built from; a training step would change the caller's tensors")
+                if result.get("changed"):
+                    raise Fail(f"{where} changed the caller's {', '.join(result['changed'])} in place (checked "
+                               "after forward, backward and one SGD step); leave them as they were")
     if not ran:
         raise Fail("no op, layer, loss or model of Problem 3 ran (each raised); nothing to check")
 
