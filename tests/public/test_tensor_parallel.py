@@ -612,7 +612,7 @@ def test_sequence_parallel_layer_equals_dense_without_activation_all_reduces(t):
 # ----------------------------------------------------------------------------------------
 # 3.6 a tensor-parallel language model, trained
 # ----------------------------------------------------------------------------------------
-LAYERS, MODEL_LR = 2, 0.5
+LAYERS, MODEL_LR = 1, 0.5
 
 
 def model_master(seed=0):
