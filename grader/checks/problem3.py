@@ -24,6 +24,7 @@ FROM n elements all record n. Collectives called from inside another one are not
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import threading
@@ -424,8 +425,6 @@ def _extra_data(seed: int, t: int) -> dict:
 def _substituted(tp, **pieces):
     """``with _substituted(tp, ops=True, ...)``: the grader's pieces bound in the student's module
     for the block (see tp_pieces), restored afterwards (t = 1 runs in the observing process)."""
-    import contextlib
-
     @contextlib.contextmanager
     def bound():
         saved = dict(vars(tp))

@@ -33,14 +33,14 @@ def restore_torch_distributed():
         setattr(module, name, original)
 
 
-def grade(name: str, seed: int = SEED) -> None:
+def grade(name: str, seed: int = SEED, **params) -> None:
     """The check along the grader's path (observe, plain data, save/load, judge)."""
-    observe_and_judge(checks, name, seed)
+    observe_and_judge(checks, name, seed, params)
 
 
-def fails(name: str, *fragments: str) -> str:
+def fails(name: str, *fragments: str, **params) -> str:
     with pytest.raises(Fail) as info:
-        grade(name)
+        grade(name, **params)
     message = str(info.value)
     for fragment in fragments:
         assert fragment in message, message
@@ -199,7 +199,7 @@ def test_layer_without_residual_fails_layer(monkeypatch):
 def test_a_3_1_mistake_costs_no_criterion_of_3_2_to_3_6(monkeypatch):
     monkeypatch.setattr(tp._CopyToModelParallelRegion, "backward", staticmethod(lambda ctx, g: g))
     for name in ("column_row", "layer", "train"):  # they run with the grader's own f and g
-        grade(name)
+        grade(name, world_sizes=[2])
     fails("fg", "backward of f must give the SUM over ranks")
 
 
@@ -352,7 +352,8 @@ def test_an_embedding_that_is_not_vocabulary_parallel_fails_train(monkeypatch):
             self.embedding.weight.copy_(master["embedding.weight"])
 
     monkeypatch.setattr(tp.ParallelLanguageModel, "__init__", replicated)
-    fails("train", "t=2, rank 0, sequence_parallel=False: the model holds", "at most 1/2 of the dense model's")
+    fails("train", "t=2, rank 0, sequence_parallel=False: the model holds", "at most 1/2 of the dense model's",
+          world_sizes=[2])
 
 
 def test_training_without_zeroing_the_gradients_fails_train(monkeypatch):
@@ -368,7 +369,7 @@ def test_training_without_zeroing_the_gradients_fails_train(monkeypatch):
         return losses
 
     monkeypatch.setattr(tp, "train_language_model", accumulating)
-    fails("train", "t=1, rank 0, sequence_parallel=False: the loss of step 2")
+    fails("train", "t=1, rank 0, sequence_parallel=False: the loss of step 2", world_sizes=[1])
 
 
 def test_a_truncating_split_fails_scatter_gather(monkeypatch):
