@@ -1234,15 +1234,18 @@ def _watched(master: dict, *tensors) -> tuple[dict, list]:
     return {k: v.clone() for k, v in master.items()}, [t.clone() for t in tensors]
 
 
-def _changes(master: dict, before_master: dict, tensors, before) -> list[str]:
+def _changes(master: dict, before_master: dict, tensors, before, flags) -> list[str]:
     changed = [f"master[{k!r}]" for k, v in master.items() if not torch.equal(v, before_master[k])]
-    return changed + [f"argument {i}" for i, (t, b) in enumerate(zip(tensors, before)) if not torch.equal(t.detach(), b)]
+    changed += [f"argument {i}" for i, (t, b) in enumerate(zip(tensors, before)) if not torch.equal(t.detach(), b)]
+    return changed + [f"argument {i}'s requires_grad" for i, (t, flag) in enumerate(zip(tensors, flags))
+                      if t.requires_grad != flag]
 
 
 def _check_module(build, master: dict, inputs: list, grad=None) -> dict:
     """Build from ``master``, run forward (+ backward with ``grad``, then one SGD step): which of the
     caller's tensors changed, and whether a parameter shares memory with a master tensor."""
     before_master, before = _watched(master, *inputs)
+    flags = [t.requires_grad for t in inputs]
     module = build()
     parameters = dict(module.named_parameters()) if isinstance(module, nn.Module) else {}
     aliased = sorted(name for name, p in parameters.items() if _storages([p]) & _storages(master.values()))
@@ -1253,7 +1256,7 @@ def _check_module(build, master: dict, inputs: list, grad=None) -> dict:
             for parameter in parameters.values():
                 if parameter.grad is not None:
                     parameter -= LR * parameter.grad
-    return {"changed": _changes(master, before_master, inputs, before), "aliased": aliased}
+    return {"changed": _changes(master, before_master, inputs, before, flags), "aliased": aliased}
 
 
 def _rank_caller_unchanged(rank, t, seed, params):
@@ -1290,9 +1293,9 @@ def _rank_caller_unchanged(rank, t, seed, params):
     table = {"weight": d["table"].clone()}
     attempt("VocabParallelEmbedding", lambda: _check_module(lambda: tp.VocabParallelEmbedding(VOCAB, H, master=table),
                                                             table, [d["ids"].clone()], d["grad"]))
-    logits = _strided(_column_block(d["logits"], rank, t))
+    logits = _strided(_column_block(d["logits"], rank, t)).requires_grad_()
     attempt("vocab_parallel_cross_entropy", lambda: _check_module(
-        lambda: (lambda v, ids: tp.vocab_parallel_cross_entropy(v.requires_grad_(), ids)), {},
+        lambda: tp.vocab_parallel_cross_entropy, {},
         [logits, d["ids"].clone()], d["loss_grad"]))
     model_master = {k: v.clone() for k, v in _model_master(seed).items()}
     attempt("ParallelLanguageModel", lambda: _check_module(

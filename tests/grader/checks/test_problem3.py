@@ -435,3 +435,13 @@ def test_an_unguarded_collective_fails_only_single_process(monkeypatch):
     grade("fg")
     fails("single_process", "f and g, in one process without a process group (t = 1): your code raised",
           'File "tensor_parallel.py"')
+
+
+def test_requires_grad_switched_on_the_callers_input_costs_only_caller_unchanged(monkeypatch):
+    original = tp.ColumnParallelLinear.forward
+
+    def forward(self, x):
+        return original(self, x.requires_grad_())  # "so that f has something to sum"
+
+    monkeypatch.setattr(tp.ColumnParallelLinear, "forward", forward)
+    fails("caller_unchanged", "ColumnParallelLinear changed the caller's argument 0's requires_grad in place")
