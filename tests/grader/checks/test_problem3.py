@@ -446,3 +446,14 @@ def test_requires_grad_switched_on_the_callers_input_costs_only_caller_unchanged
 
     monkeypatch.setattr(tp.ColumnParallelLinear, "forward", forward)
     fails("caller_unchanged", "ColumnParallelLinear changed the caller's argument 0's requires_grad in place")
+
+
+def test_the_world_size_read_at_import_fails_scatter_gather(monkeypatch):
+    world_size = tp.get_world_size()  # here, before any process group: 1
+
+    def split(x):
+        size = x.shape[-1] // world_size
+        return x[..., tp.get_rank() * size:(tp.get_rank() + 1) * size].contiguous()
+
+    monkeypatch.setattr(tp, "_split_along_last_dim", split)
+    fails("scatter_gather", "t=2: your code raised RuntimeError")
