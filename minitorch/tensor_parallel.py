@@ -302,15 +302,13 @@ class _ReduceScatterToSequenceParallelRegion(torch.autograd.Function):
         # END SOLUTION
 
 
-_OP_CONTRACT = """
-    Common to the communication ops: ``x`` may have any dtype and layout (contiguous or not)
-    and any number of dimensions (at least one); the result has ``x``'s dtype. The op never
-    changes ``x`` in place, nor, in backward, the gradient autograd hands it. The gradient
-    passed back is the exact gradient of the dense computation the op stands for, and calling
-    an op again with other shapes works. With no process group (t = 1) an op is the identity
-    in both directions and issues no collective. A size that t does not divide raises
-    ``ValueError`` before any communication, on every rank.
-    """
+# Common to the communication ops: ``x`` may have any dtype and layout (contiguous or not)
+# and any number of dimensions (at least one); the result has ``x``'s dtype. The op never
+# changes ``x`` in place, nor, in backward, the gradient autograd hands it. The gradient
+# passed back is the exact gradient of the dense computation the op stands for, and calling
+# an op again with other shapes works. With no process group (t = 1) an op is the identity
+# in both directions and issues no collective. A size that t does not divide raises
+# ``ValueError`` before any communication, on every rank.
 
 
 def copy_to_tensor_model_parallel_region(x: Tensor) -> Tensor:
@@ -319,6 +317,7 @@ def copy_to_tensor_model_parallel_region(x: Tensor) -> Tensor:
     Forward: returns ``x`` unchanged in value. Backward: the gradient passed back equals the
     SUM over ranks of the gradients the ranks' outputs received.
     Communication: forward none; backward at most one all-reduce of ``x.numel()`` elements.
+    The contract common to the communication ops (comment above) holds too.
     """
     return _CopyToModelParallelRegion.apply(x)
 
@@ -329,6 +328,7 @@ def reduce_from_tensor_model_parallel_region(x: Tensor) -> Tensor:
     Forward: returns the sum over ranks of their ``x`` (same shape, on every rank). Backward:
     the gradient passed back equals the gradient this rank's output received.
     Communication: forward at most one all-reduce of ``x.numel()`` elements; backward none.
+    The contract common to the communication ops (the comment above) holds too.
     """
     return _ReduceFromModelParallelRegion.apply(x)
 
@@ -339,6 +339,7 @@ def scatter_to_tensor_model_parallel_region(x: Tensor) -> Tensor:
     Block r is ``x[..., r*n/t:(r+1)*n/t]``. Backward: the gradient of the whole ``[..., n]``
     (each rank's output gradient in its own block). Forward communicates nothing.
     Raises ValueError when t does not divide n.
+    The contract common to the communication ops (the comment above) holds too.
     """
     return _ScatterToModelParallelRegion.apply(x)
 
@@ -348,6 +349,7 @@ def gather_from_tensor_model_parallel_region(x: Tensor) -> Tensor:
 
     Backward: this rank's block of the output gradient. At most one collective each way,
     moving at most the output's elements.
+    The contract common to the communication ops (the comment above) holds too.
     """
     return _GatherFromModelParallelRegion.apply(x)
 
@@ -357,6 +359,7 @@ def scatter_to_sequence_parallel_region(x: Tensor) -> Tensor:
 
     Backward: the gradient of the whole ``[s, ...]``. Forward communicates nothing.
     Raises ValueError when t does not divide s.
+    The contract common to the communication ops (the comment above) holds too.
     """
     return _ScatterToSequenceParallelRegion.apply(x)
 
@@ -367,6 +370,7 @@ def gather_from_sequence_parallel_region(x: Tensor) -> Tensor:
     The gathered tensor feeds per-rank work (like f's output does): the gradient passed back to
     rank r is block r of the SUM over ranks of the output gradients. At most one collective
     each way, moving at most ``s * ...`` elements.
+    The contract common to the communication ops (the comment above) holds too.
     """
     return _GatherFromSequenceParallelRegion.apply(x)
 
@@ -377,15 +381,9 @@ def reduce_scatter_to_sequence_parallel_region(x: Tensor) -> Tensor:
     Backward: the gradient of the whole ``[s, ...]`` (this rank's output gradient in block r,
     every rank's in its own block). Forward moves at most what one all-reduce of ``x`` moves,
     half of it with the right collective. Raises ValueError when t does not divide s.
+    The contract common to the communication ops (the comment above) holds too.
     """
     return _ReduceScatterToSequenceParallelRegion.apply(x)
-
-
-for _op in (copy_to_tensor_model_parallel_region, reduce_from_tensor_model_parallel_region,
-            scatter_to_tensor_model_parallel_region, gather_from_tensor_model_parallel_region,
-            scatter_to_sequence_parallel_region, gather_from_sequence_parallel_region,
-            reduce_scatter_to_sequence_parallel_region):
-    _op.__doc__ += _OP_CONTRACT
 
 
 # ======================================================================================
@@ -539,28 +537,26 @@ def _linear_shapes(in_features: int, out_features: int, bias: bool) -> dict[str,
 # ======================================================================================
 # Problem 3.3: MLP, self-attention, transformer layer
 # ======================================================================================
-_MODULE_CONTRACT = """
-    Common to the parallel modules (construction contract; the grader relies on it):
-    every rank calls the constructor with the same arguments. ``master`` holds the DENSE
-    module's tensors under the names listed for it (the names of the dense module's
-    ``state_dict``); without ``master`` they are drawn from ``seed`` and ``dtype`` (each
-    ``nn.Linear`` with ``master_linear``, LayerNorms as ones and zeros), identically on every
-    rank, so the module equals the dense module built from those tensors. How the weights are
-    split over the ranks is yours, with one budget: each rank holds at most 1/t of the elements
-    of every dense weight MATRIX (vectors, such as biases and LayerNorm weights, may be
-    replicated). Parameters are ``nn.Parameter`` s reachable from ``parameters()``, never views
-    of the master tensors, which are left as they were.
-
-    Forward accepts ``[s, b, h]`` activations (s, b >= 1, any sizes between calls), float32 or
-    float64 (the dtype of the parameters), contiguous or not, the same on every rank; with
-    ``sequence_parallel=True`` rank r's block ``[s/t, b, h]`` of the sequence instead. It
-    returns the dense module's output (rank r's sequence block with ``sequence_parallel``).
-    After ``backward``, the input gradient is the dense one (its block), and every parameter's
-    ``.grad`` is the gradient of the dense loss with respect to that parameter: one SGD step
-    ``p -= lr * p.grad`` on every rank leaves the module equal to the dense module after the
-    same step. Nothing is cached between calls. Communication: the budget given per module,
-    for the forward; the backward may spend more to save memory.
-    """
+# Common to the parallel modules (construction contract; the grader relies on it):
+# every rank calls the constructor with the same arguments. ``master`` holds the DENSE
+# module's tensors under the names listed for it (the names of the dense module's
+# ``state_dict``); without ``master`` they are drawn from ``seed`` and ``dtype`` (each
+# ``nn.Linear`` with ``master_linear``, LayerNorms as ones and zeros), identically on every
+# rank, so the module equals the dense module built from those tensors. How the weights are
+# split over the ranks is yours, with one budget: each rank holds at most 1/t of the elements
+# of every dense weight MATRIX (vectors, such as biases and LayerNorm weights, may be
+# replicated). Parameters are ``nn.Parameter`` s reachable from ``parameters()``, never views
+# of the master tensors, which are left as they were.
+#
+# Forward accepts ``[s, b, h]`` activations (s, b >= 1, any sizes between calls), float32 or
+# float64 (the dtype of the parameters), contiguous or not, the same on every rank; with
+# ``sequence_parallel=True`` rank r's block ``[s/t, b, h]`` of the sequence instead. It
+# returns the dense module's output (rank r's sequence block with ``sequence_parallel``).
+# After ``backward``, the input gradient is the dense one (its block), and every parameter's
+# ``.grad`` is the gradient of the dense loss with respect to that parameter: one SGD step
+# ``p -= lr * p.grad`` on every rank leaves the module equal to the dense module after the
+# same step. Nothing is cached between calls. Communication: the budget given per module,
+# for the forward; the backward may spend more to save memory.
 
 
 class ParallelMLP(nn.Module):
@@ -572,6 +568,7 @@ class ParallelMLP(nn.Module):
     Forward communication budget: the elements of ONE all-reduce of the output ``[s, b, h]``
     (with ``sequence_parallel``: one reduce-scatter and one all-gather of ``[s, b, h]``).
     Raises ValueError when t does not divide ``ffn_hidden_size``.
+    The construction contract common to the parallel modules (the comment above) holds too.
     """
 
     def __init__(self, hidden_size: int, ffn_hidden_size: int, *, sequence_parallel: bool = False,
@@ -611,6 +608,7 @@ class ParallelSelfAttention(nn.Module):
     itself always sees the whole sequence.
     Raises ValueError when t does not divide ``num_heads`` or ``num_heads`` does not divide
     ``hidden_size``.
+    The construction contract common to the parallel modules (the comment above) holds too.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, *, causal: bool = True,
@@ -711,6 +709,7 @@ class ParallelTransformerLayer(nn.Module):
     t is. ``sequence_parallel=True`` (Problem 3.5): input and output are rank r's sequence
     block ``[s/t, b, h]``; the same number of elements moved, and no all-reduce of activations.
     Raises ValueError as its parts do.
+    The construction contract common to the parallel modules (the comment above) holds too.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, ffn_hidden_size: int | None = None, *,
@@ -738,10 +737,6 @@ class ParallelTransformerLayer(nn.Module):
         x = x + self.attention(self.ln1(x))
         return x + self.mlp(self.ln2(x))
         # END SOLUTION
-
-
-for _module in (ParallelMLP, ParallelSelfAttention, ParallelTransformerLayer):
-    _module.__doc__ += _MODULE_CONTRACT
 
 
 # ======================================================================================
