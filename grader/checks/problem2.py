@@ -56,7 +56,7 @@ class GraderStage(nn.Module):
     rows)`` to ``given`` and, after its output is made, a record to ``log`` (a list shared by the
     stages of one pipe). ``sleep`` seconds are slept first (releasing the GIL; 2.2-concurrency
     checks the time each call took, so changing ``sleep`` shows); ``fail_on`` names a microbatch
-    (by its first row // ``split_size``) on which the stage raises ``FAILURES[fail_with]``.
+    (the one holding row ``fail_on * split_size``) on which the stage raises ``FAILURES[fail_with]``.
     """
 
     def __init__(self, index: int, generator: torch.Generator, log: list | None = None,
@@ -87,7 +87,7 @@ class GraderStage(nn.Module):
         flat = x.reshape(rows, -1) if x.dim() > 1 else x
         first = int(flat[0, 0].item()) if rows and x.dim() > 1 else -1
         self.given.append((first, rows))
-        if self.fail_on is not None and first // self.split_size == self.fail_on:
+        if self.fail_on is not None and first <= self.fail_on * self.split_size < first + rows:
             self.raised = FAILURES[self.fail_with](f"stage {self.index} refuses microbatch {self.fail_on}")
             raise self.raised
         if x.dim() == 1:
@@ -524,7 +524,9 @@ def observe_forward(seed: int, params: dict):
             for call, rows in enumerate(case["rows"]):
                 del log[:]
                 x = case_input(seed, 100 * index + call, rows, case)
-                out = student_tensor(pipe(x), f"Pipe forward, case {index}, call {call + 1}")
+                extras = _case_text(case)
+                what = _describe(len(stages), rows, case["split"]) + (f"; {extras}" if extras else "")
+                out = _run_pipe(pipe, x, f"{what}, call {call + 1} of {len(case['rows'])} on one Pipe")
                 runs.append({
                     "output": out.detach().clone(), "device": str(out.device),
                     "sizes": [[r["rows"] for r in log if r["stage"] == j] for j in range(len(stages))],
@@ -613,11 +615,15 @@ def observe_input_unchanged(seed: int, params: dict):
     """Runs the ``Pipe`` on batches with and without requires_grad, contiguous or not, and records the batch afterwards."""
     pipeline, _ = _student_pipeline()
     entries = []
-    for index, (count, rows, split_size, requires_grad, _) in enumerate(INPUT_CASES):
+    for index, (count, _, split_size, _, _) in enumerate(INPUT_CASES):
         x = _input_case(seed, index)
         pipe = _make_pipe(pipeline, build_stages(seed, 500 + index, count), split_size)
         try:
-            _run_pipe(pipe, x, f"{_describe(count, rows, split_size)}, x.requires_grad={requires_grad}")
+            pipe(x)  # only what happens to x is judged here: a wrong or failing forward is 2.2-forward's
+        except NotImplementedError:
+            raise
+        except Exception:  # noqa: BLE001
+            pass
         finally:
             pipe.close()
         entries.append({"case": index, "values": x.detach().clone(), "requires_grad": bool(x.requires_grad),
@@ -872,7 +878,8 @@ def judge_exceptions(seed: int, params: dict, observation) -> None:
             )
         if not caught["raised"]:
             raise Fail(f"{where}: the Pipe returned normally; the stage's exception must reach the caller (it was swallowed)")
-        if not caught["carries"] and f"stage {bad_stage} refuses microbatch {bad_microbatch}" not in caught["message"]:
+        same_kind = caught["type"] == FAILURES[kind].__qualname__
+        if not (caught["carries"] or same_kind or f"stage {bad_stage} refuses microbatch {bad_microbatch}" in caught["message"]):
             raise Fail(f"{where}: the caller got {caught['type']}: {caught['message']!r}, which does not carry the stage's "
                        "exception; the stage's exception must reach the caller")
         again = seen["again"]
@@ -886,7 +893,7 @@ def judge_exceptions(seed: int, params: dict, observation) -> None:
             detail = _compare_rows(expected, out, split_size) if out.shape == expected.shape else f"shape {list(out.shape)}"
             raise Fail(
                 f"{where}: the next forward on a good batch is wrong ({detail}): either the forward itself is wrong "
-                "(see 2.2-forward) or results of the failed call were left in the workers (take back the rest of the "
+                "(see 2.2-forward) or results of the failed call were left in the workers (receive the rest of the "
                 "wave before raising)"
             )
     if observation["alive"]:
@@ -917,7 +924,7 @@ def judge_exception_unchanged(seed: int, params: dict, observation) -> None:
         failing_wave = bad_stage + bad_microbatch
         microbatches = len(microbatch_sizes(rows, split_size))
         allowed = [sum(1 for i in range(microbatches) if i + j <= failing_wave) for j in range(count)]
-        if list(seen["calls"]) != allowed:
+        if any(ran > limit for ran, limit in zip(seen["calls"], allowed)):
             raise Fail(
                 f"{where}: the stages ran {list(seen['calls'])} microbatches (stage 0, 1, ...) before the error reached the "
                 f"caller; expected {allowed}: the forward stops once the wave the error was raised in is taken back, "
@@ -1245,7 +1252,8 @@ def observe_balance(seed: int, params: dict):
             entry["type"] = type(result).__name__
             entry["aliased"] = result is given
             try:
-                entry["sizes"] = [int(n) if type(n) is int else repr(n)[:40] for n in result][: len(costs) + 1]
+                limited = itertools.islice(result, len(costs) + 1)  # an endless iterator is cut off
+                entry["sizes"] = [int(n) if type(n) is int else repr(n)[:40] for n in limited]
             except TypeError:
                 entry["sizes"] = repr(result)[:200]
         entry["changed"] = list(given) != list(costs)
