@@ -1261,11 +1261,19 @@ def observe_balance(seed: int, params: dict):
     return entries
 
 
-def _least_slowest_stage(costs: list[Fraction], num_stages: int) -> tuple[Fraction, list[int]]:
+def exact_costs(costs: list) -> tuple[list[int], int]:
+    """The costs as integers over a common denominator (exact: floats are binary fractions)."""
+    fractions = [Fraction(cost) for cost in costs]
+    scale = math.lcm(*(f.denominator for f in fractions))
+    return [int(f * scale) for f in fractions], scale
+
+
+def _least_slowest_stage(costs: list[int], num_stages: int) -> tuple[int, list[int]]:
     """The least largest stage cost over every split into ``num_stages`` non-empty consecutive
     stages, and one split that reaches it: a binary search over every sum of consecutive
-    costs, each tried with a greedy cut (exact arithmetic: Fractions)."""
-    sums = sorted({sum(costs[a:b], Fraction(0)) for a in range(len(costs)) for b in range(a + 1, len(costs) + 1)})
+    costs, each tried with a greedy cut (exact: integer costs, see :func:`exact_costs`)."""
+    prefix = list(itertools.accumulate(costs, initial=0))
+    sums = sorted({prefix[b] - prefix[a] for a in range(len(costs)) for b in range(a + 1, len(costs) + 1)})
     low, high = 0, len(sums) - 1
     while low < high:
         middle = (low + high) // 2
@@ -1276,25 +1284,25 @@ def _least_slowest_stage(costs: list[Fraction], num_stages: int) -> tuple[Fracti
     return sums[low], _greedy_split(costs, sums[low], num_stages)
 
 
-def _greedy_split(costs: list[Fraction], limit: Fraction, num_stages: int) -> list[int] | None:
+def _greedy_split(costs: list[int], limit: int, num_stages: int) -> list[int] | None:
     """Stages of at most ``limit``, filled left to right, each closed early only to leave one
     layer for every stage still to open: exactly ``num_stages`` stages, or None if impossible."""
     if max(costs) > limit:
         return None
-    sizes, total, count = [], Fraction(0), 0
+    sizes, total, count = [], 0, 0
     for index, cost in enumerate(costs):
         layers_left = len(costs) - index
         if count and (total + cost > limit or layers_left <= num_stages - len(sizes) - 1):
             sizes.append(count)
-            total, count = Fraction(0), 0
+            total, count = 0, 0
         total, count = total + cost, count + 1
     sizes.append(count)
     return sizes if len(sizes) == num_stages else None
 
 
-def _stage_costs(costs: list[Fraction], sizes: list[int]) -> list[Fraction]:
+def _stage_costs(costs: list[int], sizes: list[int]) -> list[int]:
     starts = list(itertools.accumulate([0, *sizes]))
-    return [sum(costs[a:b], Fraction(0)) for a, b in zip(starts, starts[1:])]
+    return [sum(costs[a:b]) for a, b in zip(starts, starts[1:])]
 
 
 def judge_balance(seed: int, params: dict, observation) -> None:
@@ -1315,16 +1323,17 @@ def judge_balance(seed: int, params: dict, observation) -> None:
                 f"{call} returned {sizes}; expected {num_stages} stages of at least one layer each, "
                 f"{len(costs)} layers in all"
             )
-        exact = [Fraction(c) for c in costs]
+        exact, scale = exact_costs(costs)
         least, example = _least_slowest_stage(exact, num_stages)
         stage_costs = _stage_costs(exact, sizes)
         slowest = max(stage_costs)
-        if float(slowest - least) > 1e-9 * float(sum(exact) or 1):
+        # Rounding of the student's float sums may pick a split worse by ulps: not a mistake.
+        if slowest - least > 1e-9 * (sum(exact) or scale):
             stage = stage_costs.index(slowest)
             first = sum(sizes[:stage])
             raise Fail(
                 f"{call} returned {sizes}: its slowest stage, stage {stage} (layers {first}-{first + sizes[stage] - 1}), "
-                f"costs {float(slowest):.6g}; the least possible is {float(least):.6g}, e.g. {example}"
+                f"costs {slowest / scale:.6g}; the least possible is {least / scale:.6g}, e.g. {example}"
             )
 
 

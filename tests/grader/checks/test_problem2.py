@@ -473,8 +473,9 @@ def test_a_type_error_for_a_string_cost_fails_only_the_arguments(student):
 
 
 def test_the_judges_optimum_on_the_lecture_case():
-    exact = [Fraction(c) for c in [1] * 7 + [3.3]]
+    exact, scale = checks.exact_costs([1] * 7 + [3.3])
     least, split = checks._least_slowest_stage(exact, 4)
-    assert least == Fraction(3.3) and sum(split) == 8 and len(split) == 4
-    least, split = checks._least_slowest_stage([Fraction(c) for c in (0, 0, 0)], 3)
-    assert least == 0 and split == [1, 1, 1]
+    assert Fraction(least, scale) == Fraction(3.3) and sum(split) == 8 and len(split) == 4
+    assert checks._least_slowest_stage(checks.exact_costs([0, 0, 0])[0], 3) == (0, [1, 1, 1])
+    exact, scale = checks.exact_costs([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert checks._least_slowest_stage(exact, 3) == (17 * scale, [5, 2, 2])  # 15, 13, 17
