@@ -908,11 +908,15 @@ def observe_exception_unchanged(seed: int, params: dict):
 def judge_exception_unchanged(seed: int, params: dict, observation) -> None:
     """The stage's own exception object, raised once its wave is taken back: no later wave runs."""
     entries = expect_cases(observation["cases"], list(range(len(EXCEPTION_CASES))), "Pipe forward with a failing stage")
+    if not any(seen["stage_raised"] for seen in entries):
+        raise Fail("no grader stage ever raised (it never got the microbatch it fails on); see 2.2-exceptions")
     for index, seen in enumerate(entries):
         count, rows, split_size, bad_stage, bad_microbatch, kind = EXCEPTION_CASES[index]
         where = _exception_where(index)
         caught = seen["caught"]
-        if not seen["stage_raised"] or not caught["raised"]:
+        if not seen["stage_raised"]:
+            continue  # the microbatches went astray: 2.2-exceptions and 2.2-call-order say how
+        if not caught["raised"]:
             raise Fail(f"{where}: the stage's exception never reached the caller; see 2.2-exceptions")
         name = FAILURES[kind].__qualname__
         if not caught["same_object"]:
