@@ -88,8 +88,9 @@ class GraderStage(nn.Module):
         first = int(flat[0, 0].item()) if rows and x.dim() > 1 else -1
         self.given.append((first, rows))
         if self.fail_on is not None and first <= self.fail_on * self.split_size < first + rows:
-            self.raised = FAILURES[self.fail_with](f"stage {self.index} refuses microbatch {self.fail_on}")
-            raise self.raised
+            error = FAILURES[self.fail_with](f"stage {self.index} refuses microbatch {self.fail_on}")
+            self.raised = self.raised or error  # the first: a stage runs its calls in order
+            raise error
         if x.dim() == 1:
             out = torch.tanh(x * self.weight[0, 0] + self.bias[0])
         else:
