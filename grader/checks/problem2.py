@@ -77,7 +77,7 @@ class GraderStage(nn.Module):
         self.fail_on: int | None = None
         self.fail_with = "Exception"
         self.split_size = 1
-        self.raised: BaseException | None = None
+        self.raised: list[BaseException] = []  # every exception it raised (stray calls may raise several)
         self.given: list[tuple[int, int]] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -89,7 +89,7 @@ class GraderStage(nn.Module):
         self.given.append((first, rows))
         if self.fail_on is not None and first <= self.fail_on * self.split_size < first + rows:
             error = FAILURES[self.fail_with](f"stage {self.index} refuses microbatch {self.fail_on}")
-            self.raised = self.raised or error  # the first: a stage runs its calls in order
+            self.raised.append(error)
             raise error
         if x.dim() == 1:
             out = torch.tanh(x * self.weight[0, 0] + self.bias[0])
@@ -824,10 +824,10 @@ def _exception_case(seed: int, pipeline, index: int) -> dict:
             raised = stages[bad_stage].raised
             caught = {
                 "raised": True, "type": type(error).__qualname__, "message": str(error)[:500],
-                "same_object": raised is not None and error is raised,
-                "carries": raised is not None and _chained(error, raised),
+                "same_object": any(error is own for own in raised),
+                "carries": any(_chained(error, own) for own in raised),
             }
-        stage_raised = stages[bad_stage].raised is not None
+        stage_raised = bool(stages[bad_stage].raised)
         calls = [len(stage.given) for stage in stages]
         given = list(stages[bad_stage].given)
         stages[bad_stage].fail_on = None
