@@ -61,7 +61,7 @@ gradescope: $(STAMP)
 
 # One resolution for every supported Python and platform: environment markers fork it where a
 # package's newest release has dropped Python 3.10, and pip applies them itself.
-LOCK_INPUTS := requirements.txt requirements-bench.txt requirements-dev.txt
+LOCK_INPUTS := requirements.txt requirements-bench.txt requirements-report.txt requirements-dev.txt
 define LOCK_HEADER
 # The tested pins, for Python 3.10-3.13 on Linux, macOS and Windows, written by the course repository's `make lock`
 # (uv pip compile --universal: one resolution, forked by environment markers that pip applies).

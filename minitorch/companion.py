@@ -342,14 +342,13 @@ def section_5() -> None:
 
 def section_6() -> None:
     cluster = cost_model.Cluster(gpus=3072)
-    plans = [e for e in cost_model.all_plans(cost_model.MEGATRON_1T, cluster, 3072) if e.t >= 4 and e.p >= 16]
+    plans = cost_model.estimates(cost_model.MEGATRON_1T, cluster, 3072, [(t, p) for t in (4, 8, 16) for p in (16, 32, 64, 128)])
     print("6.2 the 1T model (128 layers, h = 25600) on 3072 A100s, batch 3072 ('!' = over 80 GB):")
-    print(cost_model.format_plans(sorted(plans, key=lambda e: (e.t, e.p))))
-    best = cost_model.best_plan(cost_model.MEGATRON_1T, cluster, 3072)
-    print(f"fastest that fits: t = {best.t}, p = {best.p}, d = {best.d} "
-          f"(the paper ran t = 8, p = 64: 163 TFLOP/s measured)\n")
+    print(cost_model.format_plans(plans))
+    print(cost_model.format_best(cost_model.MEGATRON_1T, cluster, 3072)
+          + " (the paper ran t = 8, p = 64: 163 TFLOP/s measured)\n")
     cluster = cost_model.Cluster(gpus=1024)
-    rows = [cost_model.estimate(cost_model.GPT3_175B, cluster, 1536, 8, p) for p in (4, 8, 16, 32)]
+    rows = cost_model.estimates(cost_model.GPT3_175B, cluster, 1536, [(8, p) for p in (4, 8, 16, 32)])
     print("6.3 GPT-3 on 1024 GPUs, t = 8, batch 1536: bubble (p-1)/m = (n/t - d)/B")
     print(cost_model.format_plans(rows))
 

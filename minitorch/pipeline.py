@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
+from minitorch.cost_model import Cluster, Estimate, Model
 from minitorch.runtime import DEFAULT_TIMEOUT, StageWorkers
 from minitorch.schedules import Action, stage_of
 
@@ -527,4 +528,134 @@ def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments:
         params = {id(p): p for layer in segment if isinstance(layer, nn.Module) for p in layer.parameters()}
         x = CheckpointSegment.apply(lambda h, segment=segment: run_layers(segment, h), x, *params.values())
     return x
+    # END SOLUTION
+
+
+# ---------------------------------------------------------------- Problem 5: plan a 3D-parallel run
+#
+# N = t * p * d GPUs: tensor-parallel groups of t GPUs, pipelines of p stages, d data-parallel
+# replicas of the whole pipeline. minitorch.cost_model (provided) holds Model, Cluster and
+# Estimate, the lecture's models and clusters, and prints tables of YOUR estimates
+# (python -m minitorch.cost_model). The write-up's "The cost model" section says what the
+# estimate counts; the formulas are the lecture's (section 6) and the write-up's hints.
+
+
+def estimate(model: Model, cluster: Cluster, batch: int, t: int, p: int, microbatch: int = 1) -> Estimate:
+    """The cost model's estimate of one training step of ``model`` on ``cluster`` with
+    tensor-parallel size ``t``, ``p`` pipeline stages and ``d = cluster.gpus / (t * p)``
+    data-parallel replicas, training under 1F1B with full activation recomputation.
+
+    A plan ``(t, p)`` is *valid* for a model, cluster, batch and microbatch size when
+    ``t * p`` divides the GPUs, ``p`` divides the layers, ``t`` divides the attention heads
+    and the batch splits into ``d`` equal shares of whole microbatches. ``t`` need not be a
+    power of two and may be larger than a node (the plan is valid; its tensor-parallel
+    traffic then leaves the node).
+
+    Args:
+        model: a :class:`Model` (any sizes); not changed.
+        cluster: a :class:`Cluster` (any sizes and speeds); not changed.
+        batch: the global batch, in sequences: an int >= 1.
+        t, p: ints >= 1.
+        microbatch: sequences per microbatch: an int >= 1.
+
+    Returns:
+        A new :class:`Estimate`: the plan's ``t``, ``p``, ``d``; ``microbatches``, the
+        microbatches each pipeline runs per step; the five time terms in seconds
+        (``compute_s``, ``bubble_s``, ``tensor_parallel_s``, ``pipeline_s``,
+        ``data_parallel_s``) and the two memory terms per GPU in bytes (``state_bytes``,
+        ``activation_bytes``), each exactly what the write-up's cost model counts;
+        ``flops_per_gpu``, the model FLOPs one GPU does per step (recomputation included);
+        ``memory_limit``, the cluster's memory per GPU.
+
+    Guarantees:
+        Every number within relative 1e-6 of the cost model's value (a term the model makes
+        zero is zero within 1e-9 of the step time or of the memory limit). Calls are
+        independent: no state is kept between them.
+
+    Raises:
+        ValueError: at the call, when ``batch``, ``t``, ``p`` or ``microbatch`` is not an
+            int >= 1 (a bool is not one), or when the plan is not valid; the message says
+            which condition failed.
+    """
+    # BEGIN SOLUTION 5.1
+    for name, value in (("batch", batch), ("t", t), ("p", p), ("microbatch", microbatch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if cluster.gpus % (t * p):
+        raise ValueError(f"t * p = {t * p} must divide the {cluster.gpus} GPUs")
+    if model.layers % p:
+        raise ValueError(f"p = {p} must divide the {model.layers} layers")
+    if model.heads % t:
+        raise ValueError(f"t = {t} must divide the {model.heads} heads")
+    d = cluster.gpus // (t * p)
+    if batch % (d * microbatch):
+        raise ValueError(f"batch {batch} must split into d = {d} replicas of {microbatch}-sequence microbatches")
+    m = batch // (d * microbatch)
+    L, h, s, a, V = model.layers, model.hidden, model.seq_len, model.heads, model.vocab
+    flops = 96 * batch * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))  # Narayanan et al. 2021, eq. 3
+    flops_per_gpu = flops / cluster.gpus
+    compute = flops_per_gpu / (cluster.peak_flops * cluster.efficiency)
+
+    def ring_all_reduce(num_bytes: float, ranks: int, bandwidth: float) -> float:
+        return 2 * (ranks - 1) / ranks * num_bytes / bandwidth
+
+    activation = 2 * s * microbatch * h  # one 16-bit b x s x h tensor
+    tp_link = cluster.nvlink_bytes_per_s if t <= cluster.gpus_per_node else cluster.ib_bytes_per_s
+    tensor_parallel = 6 * m * (L // p) * ring_all_reduce(activation, t, tp_link)
+    pipeline = m * 2 * activation / t / cluster.ib_bytes_per_s if p > 1 else 0.0
+    local_parameters = model.parameters / (t * p)
+    data_parallel = ring_all_reduce(2 * local_parameters, d, cluster.ib_bytes_per_s)
+    stored_inputs = min(p, m) * (L // p) * activation
+    working_layer = s * microbatch * h * (10 + 24 / t + 5 * a * s / (h * t))  # Korthikanti et al. 2022
+    return Estimate(
+        t=t, p=p, d=d, microbatches=m,
+        compute_s=compute, bubble_s=compute * (p - 1) / m,
+        tensor_parallel_s=tensor_parallel, pipeline_s=pipeline, data_parallel_s=data_parallel,
+        state_bytes=16 * local_parameters, activation_bytes=stored_inputs + working_layer,
+        flops_per_gpu=flops_per_gpu, memory_limit=cluster.memory_bytes,
+    )
+    # END SOLUTION
+
+
+def best_plan(model: Model, cluster: Cluster, batch: int, microbatch: int = 1) -> Estimate | None:
+    """The fastest valid plan that fits in memory, or ``None`` when none fits.
+
+    Every valid ``(t, p)`` (as :func:`estimate` defines valid, for this ``batch`` and
+    ``microbatch``) is a candidate. A plan *fits* when its ``memory_bytes`` is at most the
+    cluster's memory per GPU (``Estimate.fits``). Each candidate's time and memory are the
+    ones this module's ``estimate`` returns for it, looked up when ``best_plan`` runs.
+
+    Args:
+        model, cluster: as for :func:`estimate`; not changed.
+        batch, microbatch: ints >= 1, as for :func:`estimate`.
+
+    Returns:
+        The :class:`Estimate` of the fitting plan with the smallest ``step_s`` (when several
+        are within relative 1e-9 of the smallest, any one of them), or ``None`` when no valid
+        plan fits, including when no plan is valid at all.
+
+    Guarantees:
+        Calls are independent: no state is kept between them.
+
+    Raises:
+        ValueError: at the call, when ``batch`` or ``microbatch`` is not an int >= 1 (a bool
+            is not one).
+    """
+    # BEGIN SOLUTION 5.2
+    for name, value in (("batch", batch), ("microbatch", microbatch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+    def divisors(n: int) -> list[int]:
+        return [k for k in range(1, n + 1) if n % k == 0]
+
+    fastest = None
+    for t in divisors(math.gcd(cluster.gpus, model.heads)):
+        for p in divisors(model.layers):
+            if cluster.gpus % (t * p) or batch % (cluster.gpus // (t * p) * microbatch):
+                continue
+            plan = estimate(model, cluster, batch, t, p, microbatch)
+            if plan.fits and (fastest is None or plan.step_s < fastest.step_s):
+                fastest = plan
+    return fastest
     # END SOLUTION

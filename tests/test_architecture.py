@@ -15,7 +15,8 @@ from grader.layout import PACKAGE, REPOSITORY, STUDENT_FILES
 
 STUDENT_MODULES = {f"{PACKAGE}.{name[:-3]}" for name in STUDENT_FILES}
 # Provided modules whose job is to run the student's code from the command line.
-ENTRY_POINTS = {"minitorch.demos", "minitorch.timeline", "minitorch.companion"}
+ENTRY_POINTS = {"minitorch.demos", "minitorch.timeline", "minitorch.companion", "minitorch.measure",
+                "minitorch.cost_model"}
 
 
 def module_name(path: Path) -> str:
@@ -65,8 +66,15 @@ def find_cycle(edges: dict[str, list[str]]) -> list[str] | None:
     return None
 
 
+def lazy_run_of_student_code(name: str, module: str, top_level: bool) -> bool:
+    """An entry point importing a student file inside a function, to run it: not a cycle (the
+    student file may use the entry point's data types, e.g. pipeline.py's cost_model.Estimate)."""
+    return name in ENTRY_POINTS and module in STUDENT_MODULES and not top_level
+
+
 def test_no_cycle_among_minitorch_modules():
-    edges = {name: sorted({m for m, _ in found if m != name}) for name, found in graph("minitorch").items()}
+    edges = {name: sorted({m for m, top in found if m != name and not lazy_run_of_student_code(name, m, top)})
+             for name, found in graph("minitorch").items()}
     assert find_cycle(edges) is None, f"import cycle: {' -> '.join(find_cycle(edges) or [])}"
 
 
