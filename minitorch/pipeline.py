@@ -28,26 +28,44 @@ from minitorch.schedules import Action, stage_of
 def clock_cycles(num_microbatches: int, num_stages: int) -> Iterator[list[tuple[int, int]]]:
     """Yield the GPipe forward schedule, one wave (clock cycle) at a time.
 
-    Microbatch ``i`` can run on stage ``j`` once it has left stage ``j - 1`` and stage
-    ``j`` has finished microbatch ``i - 1``, so its earliest clock cycle is ``i + j``.
-    Wave ``k`` is a new list of every valid pair ``(i, j)`` (microbatch, stage) with
-    ``i + j == k``, ordered by increasing stage ``j``. There are
-    ``num_microbatches + num_stages - 1`` waves; ``num_microbatches == 0`` yields none.
+    Every forward of microbatch ``i`` on stage ``j`` takes one clock cycle. Microbatch
+    ``i`` can run on stage ``j`` only after it has left stage ``j - 1``, and a stage runs
+    one microbatch at a time, in microbatch order. Wave ``k`` lists every pair
+    ``(i, j)`` (microbatch, stage) that runs in clock cycle ``k`` when each pair runs as
+    early as those two rules allow.
 
-    >>> list(clock_cycles(3, 3))
-    [[(0, 0)], [(1, 0), (0, 1)], [(2, 0), (1, 1), (0, 2)], [(2, 1), (1, 2)], [(2, 2)]]
+    Args:
+        num_microbatches: ``M``, an int >= 0.
+        num_stages: ``K``, an int >= 1.
+
+    Yields:
+        The waves in clock-cycle order, from the first cycle to the last one with work,
+        each a new ``list`` of ``(microbatch, stage)`` tuples of ints ordered by
+        increasing stage. Every pair with ``0 <= i < M`` and ``0 <= j < K`` appears in
+        exactly one wave; no wave is empty, so ``M == 0`` yields none.
+
+    The worked example, M = 3 microbatches on K = 3 stages (the module docstring draws
+    it per stage)::
+
+        >>> list(clock_cycles(3, 3))
+        [[(0, 0)], [(1, 0), (0, 1)], [(2, 0), (1, 1), (0, 2)], [(2, 1), (1, 2)], [(2, 2)]]
 
     Note the order inside a pair: (microbatch, stage). (The lecture slides' F_{a,b} is
     stage a, microbatch b: the other way round.)
 
-    It is a generator: each wave is computed when it is asked for.
+    Guarantees: it is a generator: each wave is computed when it is asked for, and
+    each call starts afresh (calls with other sizes, before or after, change nothing).
 
     Raises:
-        ValueError: ``num_microbatches < 0`` or ``num_stages < 1``, at the latest on the
+        ValueError: an argument that is not an int (``True``, ``2.0`` and ``"3"`` are not),
+            ``num_microbatches < 0`` or ``num_stages < 1``, at the latest on the
             first ``next``. (A generator function raises there; a function that checks its
             arguments and then returns a generator raises at the call. Both are right.)
     """
     # BEGIN SOLUTION 2.1
+    for name, value in (("num_microbatches", num_microbatches), ("num_stages", num_stages)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an int, got {value!r}")
     if num_microbatches < 0:
         raise ValueError(f"num_microbatches must be >= 0, got {num_microbatches}")
     if num_stages < 1:
@@ -61,22 +79,18 @@ def clock_cycles(num_microbatches: int, num_stages: int) -> Iterator[list[tuple[
     # END SOLUTION
 
 
-def _run_stage(stage: nn.Module, microbatch: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Move ``microbatch`` to ``device`` and run ``stage`` on it (called on a stage thread)."""
-    return stage(microbatch.to(device, non_blocking=True))
-
-
 class Pipe(nn.Module):
     """Run a sequence of stages as a GPipe pipeline over microbatches.
 
     ``Pipe(stages, devices, split_size)(x)`` computes the same values as
     ``stages[-1](...stages[1](stages[0](x)))``, but splits ``x`` into microbatches and
     lets every stage work on a different microbatch at the same time, one worker thread
-    per stage (:class:`minitorch.runtime.StageWorkers`).
+    per stage (:class:`minitorch.runtime.StageWorkers`, kept as ``self.workers``).
 
     Args:
-        stages: the pipeline stages, a non-empty sequence of ``nn.Module``. Stage ``j``
-            is moved to ``devices[j]``; they are kept as ``self.stages``
+        stages: the pipeline stages, a non-empty sequence of ``nn.Module`` (a list, a
+            tuple, an ``nn.ModuleList``, ...). A stage may have no parameters, or frozen
+            ones. Stage ``j`` is moved to ``devices[j]``; they are kept as ``self.stages``
             (an ``nn.ModuleList``) so ``pipe.parameters()`` sees every stage's.
         devices: one device per stage, e.g. ``["cuda:0", "cuda:1"]``; ``None`` means
             ``"cpu"`` for every stage.
@@ -119,32 +133,43 @@ class Pipe(nn.Module):
         """Run the pipeline on a batch.
 
         Args:
-            x: a tensor of shape ``[batch, ...]`` (any device). It is split along
-               dimension 0 into microbatches of ``split_size`` rows.
+            x: a tensor of shape ``[batch, ...]`` with ``batch >= 1`` rows: any rank >= 1,
+               any floating dtype the stages accept, any device, contiguous or not, with
+               or without ``requires_grad``. Microbatch ``i`` is rows
+               ``i * split_size`` up to ``(i + 1) * split_size`` (fewer for the last).
 
         Returns:
             ``stages[-1](...stages[0](x))``: the microbatch outputs concatenated along
-            dimension 0 in the original row order, on ``devices[-1]``. Nothing is
-            detached: ``backward()`` reaches every stage's parameters and ``x``.
+            dimension 0 in the original row order, on ``devices[-1]``, equal to the
+            stages run in sequence on each microbatch (up to floating-point rounding).
+            Nothing is detached: ``backward()`` reaches every stage's parameters that
+            require grad, and ``x`` when it requires grad.
 
-        How: for each wave of ``clock_cycles(num_microbatches, num_stages)`` (call it by
-        that name), first ``self.workers.submit(j, ...)`` every ``(i, j)`` of the wave,
-        then ``self.workers.receive(j)`` them in the same order; the output of
-        microbatch i on stage j is the input of (i, j + 1) in the next wave::
-
-            wave 2:  submit(0) submit(1) submit(2) receive(0) receive(1) receive(2)
-
-        Each submitted callable does the whole stage step itself, including moving its
-        microbatch to the stage's device: a ``.to(device)`` in this (calling) thread
-        makes every stage wait for the copy (also when it is guarded, as in ``if x.device
-        != device``: between GPUs the guard is true). Only views of ``x`` (``torch.split``)
-        are made here before the first submit, and only ``torch.cat`` after the last receive.
+        Guarantees:
+            - Stage ``j`` runs on its worker thread (``self.workers``), microbatches in
+              order, at most ``K`` of them at once across the pipeline: the schedule is
+              ``clock_cycles(M, K)`` (look it up by that name when forward runs), each wave
+              handed out to the workers as a whole before any of its results is waited
+              for, and taken back completely before the next wave starts.
+            - The calling thread only makes views of ``x`` before the work starts and
+              joins the outputs at the end: every copy, transfer and computation of a
+              microbatch happens on its stage's thread.
+            - The grad mode of the caller (``torch.no_grad``, ``torch.inference_mode``)
+              holds in every stage.
+            - ``x`` is left as it was: same values, same ``requires_grad``.
+            - Calls are independent: another batch size on the next call, or a call after
+              one that raised, works like a first call.
 
         Raises:
-            The exception a stage raised, unchanged (same object). The rest of that wave
-            is still received first, so the Pipe can be called again afterwards.
+            The first exception a stage raised (in schedule order), unchanged: the same
+            object, whatever its class (``BaseException`` included), once the wave it
+            was raised in has been taken back, so the Pipe can be called again afterwards.
         """
         # BEGIN SOLUTION 2.2
+        def _run_stage(stage: nn.Module, microbatch: torch.Tensor, device: torch.device) -> torch.Tensor:
+            # On the stage's thread: the copy to its device must not block the caller.
+            return stage(microbatch.to(device, non_blocking=True))
+
         microbatches = list(torch.split(x, self.split_size))
         for wave in clock_cycles(len(microbatches), len(self.stages)):
             for i, j in wave:
@@ -176,6 +201,77 @@ class Pipe(nn.Module):
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+# ---------------------------------------------------------------- Problem 2.4: balancing the stages
+
+
+def balance_stages(costs: Sequence[float], num_stages: int) -> list[int]:
+    """Cut a stack of layers into ``num_stages`` consecutive stages so the slowest is fastest.
+
+    A pipeline runs at the pace of its slowest stage. Given the cost of every layer, in
+    model order (e.g. its forward time or FLOPs per microbatch; the last layer carries
+    the output layer, so it often costs several times an ordinary one), choose how many
+    consecutive layers each stage gets.
+
+    Args:
+        costs: the cost of each layer, a non-empty sequence (list, tuple, ...) of finite
+            real numbers >= 0 (ints or floats; zeros allowed). It is not changed.
+        num_stages: ``K``, an int with ``1 <= K <= len(costs)``.
+
+    Returns:
+        ``sizes``, a new list of ``K`` ints, each >= 1 (no stage is empty), summing to
+        ``len(costs)``: stage ``s`` holds layers ``sum(sizes[:s])`` up to
+        ``sum(sizes[:s + 1]) - 1``. The cost of a stage is the sum of its layers' costs;
+        no other split into ``K`` non-empty consecutive stages has a smaller largest
+        stage cost (up to floating-point rounding of the sums). When several splits
+        reach that least largest cost, any of them is right.
+
+    Example: seven layers of cost 1, then the output layer's 3.3, on 4 stages. The even
+    split ``[2, 2, 2, 2]`` gives the last stage 1 + 3.3 = 4.3; ``[3, 2, 2, 1]`` and
+    ``[2, 2, 3, 1]`` both give a largest stage cost of 3.3, the least possible, so either
+    is a right answer to ``balance_stages([1, 1, 1, 1, 1, 1, 1, 3.3], 4)``.
+
+    Each call depends only on its arguments.
+
+    Raises:
+        ValueError: at the call, when ``costs`` is empty or holds something that is not a
+            finite real number >= 0 (a negative cost, ``nan``, ``inf``, a string, a bool),
+            or ``num_stages`` is not an int (bools are not), is < 1 or > ``len(costs)``.
+    """
+    # BEGIN SOLUTION 2.4
+    costs = list(costs)
+    if not costs:
+        raise ValueError("balance_stages needs at least one layer cost, got none")
+    for index, cost in enumerate(costs):
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+            raise ValueError(f"costs[{index}] must be a finite number >= 0, got {cost!r}")
+    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or not 1 <= num_stages <= len(costs):
+        raise ValueError(f"num_stages must be an int in 1..{len(costs)} (the number of layers), got {num_stages!r}")
+    prefix = [0.0]
+    for cost in costs:
+        prefix.append(prefix[-1] + cost)
+    num_layers = len(costs)
+    # slowest[s][n]: the least largest stage cost of the first n layers on s + 1 stages;
+    # first_layer[s][n]: where the last of those stages starts in a split that reaches it.
+    slowest = [[prefix[n] for n in range(num_layers + 1)]]
+    first_layer = [[0] * (num_layers + 1)]
+    for stage in range(1, num_stages):
+        best, start_of = [math.inf] * (num_layers + 1), [0] * (num_layers + 1)
+        for n in range(stage + 1, num_layers + 1):
+            for start in range(stage, n):
+                candidate = max(slowest[stage - 1][start], prefix[n] - prefix[start])
+                if candidate < best[n]:
+                    best[n], start_of[n] = candidate, start
+        slowest.append(best)
+        first_layer.append(start_of)
+    sizes, end = [], num_layers
+    for stage in range(num_stages - 1, -1, -1):
+        start = first_layer[stage][end]
+        sizes.append(end - start)
+        end = start
+    return sizes[::-1]
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------- Problem 4: schedules and recomputation

@@ -4,11 +4,13 @@ student's code fails the check that targets it, saying what went wrong.
 """
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 import torch
 from grading_helpers import observe_and_judge
 
-from grader.checks import Fail
+from grader.checks import Fail, observed
 from grader.checks import problem2 as checks
 from grader.rubric import load_rubric
 
@@ -119,7 +121,9 @@ def test_a_copy_on_the_calling_thread_fails_transfers(student):
 # ---- 2.1: the schedule apart from its conventions (each convention costs its own criterion only)
 
 def right_waves(m, k):
-    return [[(wave - j, j) for j in range(max(0, wave - m + 1), min(wave, k - 1) + 1)] for wave in range(m + k - 1)]
+    """The right waves, one at a time (lazily: 2.1-generator times a long schedule's first wave)."""
+    for wave in range(m + k - 1):
+        yield [(wave - j, j) for j in range(max(0, wave - m + 1), min(wave, k - 1) + 1)]
 
 
 def only_fails(student, clock_cycles, failing: str, match: str) -> None:
@@ -139,7 +143,7 @@ def test_stages_listed_descending_fail_only_the_stage_order(student):
 
 
 def test_a_list_fails_only_the_generator(student):
-    only_fails(student, lambda m, k: right_waves(m, k) if m else [], "generator", "returned a list; expected a generator")
+    only_fails(student, lambda m, k: list(right_waves(m, k)) if m else [], "generator", "returned a list; expected a generator")
 
 
 def test_one_shared_list_fails_only_the_generator(student):
@@ -180,9 +184,9 @@ def test_nothing_yielded_passes_no_convention(student):
 
 def test_eager_and_lazy_value_errors_both_pass(student):
     def eager(m, k):
-        if m < 0 or k < 1:
+        if type(m) is not int or type(k) is not int or m < 0 or k < 1:
             raise ValueError("bad sizes")
-        return iter(right_waves(m, k) if m else [])
+        return iter(list(right_waves(m, k)) if m else [])
 
     student("clock_cycles", eager)
     observe_and_judge(checks, "errors", SEED, PARAMS["errors"])
@@ -210,7 +214,7 @@ def test_wrong_row_count_fails_backward_before_the_graders_loss(student):
     fails("backward", r"Pipe returned a tensor of shape \[12, 6\]; expected \[10, 6\]")
 
 
-def test_a_copy_of_the_stage_exception_fails_exceptions(student):
+def test_a_copy_of_the_stage_exception_fails_only_the_convention(student):
     def forward(original, self, x):
         try:
             return original(self, x)
@@ -218,7 +222,8 @@ def test_a_copy_of_the_stage_exception_fails_exceptions(student):
             raise type(error)(*error.args) from None
 
     wrong_forward(student, forward)
-    fails("exceptions", "not the one the stage raised")
+    fails("exception_unchanged", "not the object the stage raised")
+    observe_and_judge(checks, "exceptions", SEED, PARAMS["exceptions"])  # it still reaches the caller
 
 
 def test_a_move_guarded_by_the_device_fails_transfers(student):
@@ -234,3 +239,243 @@ def test_a_move_guarded_by_the_device_fails_transfers(student):
 def test_contiguous_of_a_contiguous_batch_keeps_transfers(student):
     wrong_forward(student, lambda original, self, x: original(self, x.contiguous()))
     observe_and_judge(checks, "transfers", SEED, PARAMS["transfers"])
+
+
+# ---- what the contract allows beyond the worked example (issue 20's classes)
+
+def test_a_forged_observation_with_only_no_microbatches_fails_the_schedule(student):
+    observation = checks.observe_schedule(SEED, PARAMS["schedule"])
+    observation["runs"] = [run for run in observation["runs"] if run["M"] == 0]
+    with pytest.raises(Fail, match="asked for"):
+        checks.judge_schedule(SEED, PARAMS["schedule"], observed(observation))
+
+
+def test_waves_as_generator_expressions_fail_only_the_generator(student):
+    def clock_cycles(m, k):
+        yield from ((pair for pair in wave) for wave in (right_waves(m, k) if m else []))
+
+    only_fails(student, clock_cycles, "generator", "expected each wave as a list")
+
+
+def test_every_wave_built_before_the_first_fails_only_the_generator(student):
+    def clock_cycles(m, k):
+        waves = list(right_waves(m, k)) if m else []
+        yield from waves
+
+    only_fails(student, clock_cycles, "generator", r"took .* s to yield its first wave")
+
+
+def test_waves_cached_across_calls_fail_only_the_generator(student):
+    cache = {}
+
+    def clock_cycles(m, k):
+        if (m, k) not in cache:
+            cache[m, k] = list(right_waves(m, k)) if m else []
+        yield from cache[m, k]
+
+    only_fails(student, clock_cycles, "generator", "same list objects both times")
+
+
+def test_a_schedule_kept_in_module_state_fails_the_schedule(student):
+    state = {}
+
+    def clock_cycles(m, k):
+        state["m"], state["k"] = m, k  # read again at every wave: another call in between changes it
+        for wave in range(m + k - 1):
+            yield list(right_waves(state["m"], state["k"]))[wave] if wave < state["m"] + state["k"] - 1 else []
+
+    student("clock_cycles", clock_cycles)
+    fails("schedule", r"clock_cycles\(3, 3\) with a whole clock_cycles\(4, 2\) run after its first wave")
+
+
+def test_accepting_bools_fails_only_the_errors(student):
+    def clock_cycles(m, k):
+        if m < 0 or k < 1:
+            raise ValueError("bad sizes")
+        yield from right_waves(m, k) if m else []
+
+    student("clock_cycles", clock_cycles)
+    fails("errors", r"clock_cycles\(True, 3\) must raise ValueError")
+    for name in ("schedule", "stage_order", "generator", "no_microbatches"):
+        observe_and_judge(checks, name, SEED, PARAMS[name])
+
+
+def test_requires_grad_switched_on_the_input_fails_only_input_unchanged(student):
+    wrong_forward(student, lambda original, self, x: original(self, x.requires_grad_()))
+    fails("input_unchanged", "requires_grad=True")
+    for name in ("forward", "call_order", "backward"):
+        observe_and_judge(checks, name, SEED, PARAMS[name])
+
+
+def test_an_input_changed_in_place_fails_input_unchanged(student):
+    def forward(original, self, x):
+        out = original(self, x)
+        with torch.no_grad():
+            x.mul_(1.5)
+        return out
+
+    wrong_forward(student, forward)
+    fails("input_unchanged", "changed the caller's x in place")
+
+
+def test_a_microbatch_count_kept_from_the_first_call_fails_the_forward(student):
+    def forward(original, self, x):
+        self.__dict__.setdefault("first_rows", x.shape[0])
+        return original(self, x[: self.first_rows]) if x.shape[0] >= self.first_rows else original(self, x)
+
+    wrong_forward(student, forward)
+    fails("forward", "call 2 of")
+
+
+def test_catching_only_exception_fails_on_a_base_exception(student):
+    from minitorch import pipeline
+
+    def forward(self, x):
+        microbatches = list(torch.split(x, self.split_size))
+        for wave in pipeline.clock_cycles(len(microbatches), len(self.stages)):
+            for i, j in wave:
+                self.workers.submit(j, lambda stage=self.stages[j], batch=microbatches[i]: stage(batch))
+            first_error = None
+            for i, j in wave:
+                try:
+                    microbatches[i] = self.workers.receive(j)
+                except Exception as error:  # a BaseException goes straight through, the wave half received
+                    first_error = first_error or error
+            if first_error is not None:
+                raise first_error
+        return torch.cat(microbatches)
+
+    student("Pipe", type("Pipe", (pipeline.Pipe,), {"forward": forward}))
+    fails("exceptions", "GraderInterrupt")
+    observe_and_judge(checks, "forward", SEED, PARAMS["forward"])
+
+
+def test_raising_after_the_whole_schedule_fails_only_the_convention(student):
+    from minitorch import pipeline
+
+    def forward(self, x):
+        microbatches, errors = list(torch.split(x, self.split_size)), []
+        for wave in pipeline.clock_cycles(len(microbatches), len(self.stages)):
+            for i, j in wave:
+                if microbatches[i] is not None:
+                    self.workers.submit(j, lambda stage=self.stages[j], batch=microbatches[i]: stage(batch))
+            for i, j in wave:
+                if microbatches[i] is not None:
+                    try:
+                        microbatches[i] = self.workers.receive(j)
+                    except BaseException as error:
+                        errors.append(error)
+                        microbatches[i] = None
+        if errors:
+            raise errors[0]
+        return torch.cat(microbatches)
+
+    student("Pipe", type("Pipe", (pipeline.Pipe,), {"forward": forward}))
+    fails("exception_unchanged", "no later wave runs")
+    observe_and_judge(checks, "exceptions", SEED, PARAMS["exceptions"])
+
+
+def test_a_serial_pipe_that_shortens_the_grader_stages_sleep_fails_concurrency(student):
+    def forward(original, self, x):
+        for stage in self.stages:
+            if hasattr(stage, "sleep"):
+                stage.sleep = 0.001
+        out = []
+        for batch in torch.split(x, self.split_size):
+            for j, stage in enumerate(self.stages):
+                self.workers.submit(j, lambda stage=stage, batch=batch: stage(batch))
+                batch = self.workers.receive(j)
+            out.append(batch)
+        return torch.cat(out)
+
+    wrong_forward(student, forward)
+    fails("concurrency", "the grader's stages must run as given")
+
+
+# ---- 2.4 balance_stages
+
+def greedy_balance(costs, num_stages):
+    """Fill each stage up to the average: the realistic wrong answer."""
+    target, sizes, total = sum(costs) / num_stages, [], 0.0
+    for index, cost in enumerate(costs):
+        if sizes and len(sizes) < num_stages and total + cost > target and len(costs) - index >= num_stages - len(sizes):
+            sizes.append(0)
+            total = 0.0
+        if not sizes:
+            sizes.append(0)
+        sizes[-1] += 1
+        total += cost
+    while len(sizes) < num_stages:  # too few stages filled: split the largest
+        largest = sizes.index(max(sizes))
+        sizes[largest:largest + 1] = [sizes[largest] - 1, 1]
+    return sizes
+
+
+def even_split(costs, num_stages):
+    size, extra = divmod(len(costs), num_stages)
+    return [size + (stage < extra) for stage in range(num_stages)]
+
+
+@pytest.mark.parametrize("wrong, match", [(greedy_balance, "the least possible is"), (even_split, "the least possible is")])
+def test_a_balance_that_is_not_optimal_fails(student, wrong, match):
+    student("balance_stages", wrong)
+    fails("balance", match)
+
+
+def test_an_empty_stage_fails_the_balance(student):
+    from minitorch import pipeline
+
+    right = pipeline.balance_stages
+    student("balance_stages", lambda costs, k: [0, *right(costs, k - 1)] if k > 1 else right(costs, k))
+    fails("balance", "at least one layer each")
+
+
+def test_any_optimal_split_passes(student):
+    from minitorch import pipeline
+
+    right = pipeline.balance_stages
+    student("balance_stages", lambda costs, k: right(list(costs)[::-1], k)[::-1])  # the mirror image: other ties
+    observe_and_judge(checks, "balance", SEED, PARAMS["balance"])
+
+
+def test_sorting_the_callers_costs_fails_only_the_arguments(student):
+    from minitorch import pipeline
+
+    right = pipeline.balance_stages
+
+    def balance_stages(costs, k):
+        sizes = right(costs, k)
+        if isinstance(costs, list):
+            costs.reverse()
+            costs.reverse()
+            costs.append(0)
+            costs.pop()
+            costs.sort()
+        return sizes
+
+    student("balance_stages", balance_stages)
+    fails("balance_arguments", "changed the caller's costs")
+
+
+def test_a_type_error_for_a_string_cost_fails_only_the_arguments(student):
+    from minitorch import pipeline
+
+    right = pipeline.balance_stages
+
+    def balance_stages(costs, k):
+        if any(isinstance(c, str) for c in costs):
+            raise TypeError("costs must be numbers")
+        return right(costs, k)
+
+    student("balance_stages", balance_stages)
+    fails("balance_arguments", r"balance_stages\(\['1', 2\], 1\) raised TypeError")
+    observe_and_judge(checks, "balance", SEED, PARAMS["balance"])
+
+
+def test_the_judges_optimum_on_the_lecture_case():
+    exact, scale = checks.exact_costs([1] * 7 + [3.3])
+    least, split = checks._least_slowest_stage(exact, 4)
+    assert Fraction(least, scale) == Fraction(3.3) and sum(split) == 8 and len(split) == 4
+    assert checks._least_slowest_stage(checks.exact_costs([0, 0, 0])[0], 3) == (0, [1, 1, 1])
+    exact, scale = checks.exact_costs([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert checks._least_slowest_stage(exact, 3) == (17 * scale, [5, 2, 2])  # 15, 13, 17
