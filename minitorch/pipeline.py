@@ -551,6 +551,62 @@ def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments:
     # END SOLUTION
 
 
+def train_step(
+    workers: StageWorkers,
+    stages: Sequence[nn.Module],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    num_microbatches: int,
+) -> StepReport:
+    """One training step (forward and backward; the optimizer step is the caller's) of a
+    pipelined model, run by YOUR schedules through the provided executor
+    (:func:`minitorch.executor.run_schedule`).
+
+    Contract (``K = workers.num_stages`` devices, ``v = len(stages) / K`` chunks each,
+    ``M = num_microbatches``):
+
+    - ``stages[s]`` is stage ``s`` of the model, already on device ``s % K``
+      (``workers.devices[s % K]``); the model is the stages one after the other.
+    - The step follows :func:`one_f_one_b` when ``v = 1`` and
+      :func:`interleaved_one_f_one_b` when ``v >= 2``: every device runs exactly the
+      actions of its row of that schedule, in that order.
+    - Gradients: afterwards every parameter's ``.grad`` has grown by the gradient of
+      the mean of ``loss_fn`` over the whole batch, run through all stages without a
+      pipeline (within floating-point rounding); ``inputs`` and ``targets`` are split
+      along dim 0 into M microbatches.
+    - Memory: the peak number of microbatches whose activations a device holds, as
+      measured while the step runs, is what ``minitorch.schedules.simulate`` predicts
+      for that schedule (``Timeline.peak_in_flight``).
+    - Returns the executor's :class:`~minitorch.executor.StepReport` (the batch loss,
+      what each device ran, the peaks).
+    - Bounded: an error in a stage is raised, not hung on; no wait lasts longer than
+      ``workers.timeout``.
+
+    Args:
+        workers: the provided :class:`~minitorch.runtime.StageWorkers`, one per device.
+        stages: ``K * v >= 1`` ``nn.Module`` s, a multiple of ``K``.
+        inputs, targets: ``[batch, ...]`` tensors with ``batch >= M``.
+        loss_fn: ``loss_fn(output, target)``, the mean loss of a microbatch.
+        num_microbatches: ``M``, an int ``>= 1``; a multiple of ``K`` when ``v >= 2``.
+
+    Raises:
+        ValueError: ``len(stages)`` is not a positive multiple of ``K``, or ``M`` is not
+            valid for the schedule (as your schedule functions raise it).
+    """
+    # BEGIN SOLUTION 4.4
+    num_devices = workers.num_stages
+    if not stages or len(stages) % num_devices:
+        raise ValueError(f"{len(stages)} stages cannot be spread evenly over {num_devices} devices")
+    num_chunks = len(stages) // num_devices
+    if num_chunks == 1:
+        schedule = one_f_one_b(num_devices, num_microbatches)
+    else:
+        schedule = interleaved_one_f_one_b(num_devices, num_microbatches, num_chunks)
+    return run_schedule(workers, stages, schedule, inputs, targets, loss_fn)
+    # END SOLUTION
+
+
 # ---------------------------------------------------------------- Problem 5: plan a 3D-parallel run
 #
 # N = t * p * d GPUs: tensor-parallel groups of t GPUs, pipelines of p stages, d data-parallel
@@ -678,57 +734,4 @@ def best_plan(model: Model, cluster: Cluster, batch: int, microbatch: int = 1) -
             if plan.fits and (fastest is None or plan.step_s < fastest.step_s):
                 fastest = plan
     return fastest
-def train_step(
-    workers: StageWorkers,
-    stages: Sequence[nn.Module],
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    num_microbatches: int,
-) -> StepReport:
-    """One training step (forward and backward; the optimizer step is the caller's) of a
-    pipelined model, run by YOUR schedules through the provided executor
-    (:func:`minitorch.executor.run_schedule`).
-
-    Contract (``K = workers.num_stages`` devices, ``v = len(stages) / K`` chunks each,
-    ``M = num_microbatches``):
-
-    - ``stages[s]`` is stage ``s`` of the model, already on device ``s % K``
-      (``workers.devices[s % K]``); the model is the stages one after the other.
-    - The step follows :func:`one_f_one_b` when ``v = 1`` and
-      :func:`interleaved_one_f_one_b` when ``v >= 2``: every device runs exactly the
-      actions of its row of that schedule, in that order.
-    - Gradients: afterwards every parameter's ``.grad`` has grown by the gradient of
-      the mean of ``loss_fn`` over the whole batch, run through all stages without a
-      pipeline (within floating-point rounding); ``inputs`` and ``targets`` are split
-      along dim 0 into M microbatches.
-    - Memory: the peak number of microbatches whose activations a device holds, as
-      measured while the step runs, is what ``minitorch.schedules.simulate`` predicts
-      for that schedule (``Timeline.peak_in_flight``).
-    - Returns the executor's :class:`~minitorch.executor.StepReport` (the batch loss,
-      what each device ran, the peaks).
-    - Bounded: an error in a stage is raised, not hung on; no wait lasts longer than
-      ``workers.timeout``.
-
-    Args:
-        workers: the provided :class:`~minitorch.runtime.StageWorkers`, one per device.
-        stages: ``K * v >= 1`` ``nn.Module`` s, a multiple of ``K``.
-        inputs, targets: ``[batch, ...]`` tensors with ``batch >= M``.
-        loss_fn: ``loss_fn(output, target)``, the mean loss of a microbatch.
-        num_microbatches: ``M``, an int ``>= 1``; a multiple of ``K`` when ``v >= 2``.
-
-    Raises:
-        ValueError: ``len(stages)`` is not a positive multiple of ``K``, or ``M`` is not
-            valid for the schedule (as your schedule functions raise it).
-    """
-    # BEGIN SOLUTION 4.4
-    num_devices = workers.num_stages
-    if not stages or len(stages) % num_devices:
-        raise ValueError(f"{len(stages)} stages cannot be spread evenly over {num_devices} devices")
-    num_chunks = len(stages) // num_devices
-    if num_chunks == 1:
-        schedule = one_f_one_b(num_devices, num_microbatches)
-    else:
-        schedule = interleaved_one_f_one_b(num_devices, num_microbatches, num_chunks)
-    return run_schedule(workers, stages, schedule, inputs, targets, loss_fn)
     # END SOLUTION
