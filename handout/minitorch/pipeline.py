@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
+from minitorch.cost_model import Cluster, Estimate, Model
+from minitorch.executor import StepReport, run_schedule
 from minitorch.runtime import DEFAULT_TIMEOUT, StageWorkers
 from minitorch.schedules import Action, stage_of
 
@@ -26,32 +28,42 @@ from minitorch.schedules import Action, stage_of
 def clock_cycles(num_microbatches: int, num_stages: int) -> Iterator[list[tuple[int, int]]]:
     """Yield the GPipe forward schedule, one wave (clock cycle) at a time.
 
-    Microbatch ``i`` can run on stage ``j`` once it has left stage ``j - 1`` and stage
-    ``j`` has finished microbatch ``i - 1``, so its earliest clock cycle is ``i + j``.
-    Wave ``k`` is a new list of every valid pair ``(i, j)`` (microbatch, stage) with
-    ``i + j == k``, ordered by increasing stage ``j``. There are
-    ``num_microbatches + num_stages - 1`` waves; ``num_microbatches == 0`` yields none.
+    Every forward of microbatch ``i`` on stage ``j`` takes one clock cycle. Microbatch
+    ``i`` can run on stage ``j`` only after it has left stage ``j - 1``, and a stage runs
+    one microbatch at a time, in microbatch order. Wave ``k`` lists every pair
+    ``(i, j)`` (microbatch, stage) that runs in clock cycle ``k`` when each pair runs as
+    early as those two rules allow.
 
-    >>> list(clock_cycles(3, 3))
-    [[(0, 0)], [(1, 0), (0, 1)], [(2, 0), (1, 1), (0, 2)], [(2, 1), (1, 2)], [(2, 2)]]
+    Args:
+        num_microbatches: ``M``, an int >= 0.
+        num_stages: ``K``, an int >= 1.
+
+    Yields:
+        The waves in clock-cycle order, from the first cycle to the last one with work,
+        each a new ``list`` of ``(microbatch, stage)`` tuples of ints ordered by
+        increasing stage. Every pair with ``0 <= i < M`` and ``0 <= j < K`` appears in
+        exactly one wave; no wave is empty, so ``M == 0`` yields none.
+
+    The worked example, M = 3 microbatches on K = 3 stages (the module docstring draws
+    it per stage)::
+
+        >>> list(clock_cycles(3, 3))
+        [[(0, 0)], [(1, 0), (0, 1)], [(2, 0), (1, 1), (0, 2)], [(2, 1), (1, 2)], [(2, 2)]]
 
     Note the order inside a pair: (microbatch, stage). (The lecture slides' F_{a,b} is
     stage a, microbatch b: the other way round.)
 
-    It is a generator: each wave is computed when it is asked for.
+    Guarantees: it is a generator: each wave is computed when it is asked for, and
+    each call starts afresh (calls with other sizes, before or after, change nothing).
 
     Raises:
-        ValueError: ``num_microbatches < 0`` or ``num_stages < 1``, at the latest on the
+        ValueError: an argument that is not an int (``True``, ``2.0`` and ``"3"`` are not),
+            ``num_microbatches < 0`` or ``num_stages < 1``, at the latest on the
             first ``next``. (A generator function raises there; a function that checks its
             arguments and then returns a generator raises at the call. Both are right.)
     """
     # TODO: Implement for Problem 2.1.
     raise NotImplementedError("Problem 2.1: clock_cycles")
-
-
-def _run_stage(stage: nn.Module, microbatch: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Move ``microbatch`` to ``device`` and run ``stage`` on it (called on a stage thread)."""
-    return stage(microbatch.to(device, non_blocking=True))
 
 
 class Pipe(nn.Module):
@@ -60,11 +72,12 @@ class Pipe(nn.Module):
     ``Pipe(stages, devices, split_size)(x)`` computes the same values as
     ``stages[-1](...stages[1](stages[0](x)))``, but splits ``x`` into microbatches and
     lets every stage work on a different microbatch at the same time, one worker thread
-    per stage (:class:`minitorch.runtime.StageWorkers`).
+    per stage (:class:`minitorch.runtime.StageWorkers`, kept as ``self.workers``).
 
     Args:
-        stages: the pipeline stages, a non-empty sequence of ``nn.Module``. Stage ``j``
-            is moved to ``devices[j]``; they are kept as ``self.stages``
+        stages: the pipeline stages, a non-empty sequence of ``nn.Module`` (a list, a
+            tuple, an ``nn.ModuleList``, ...). A stage may have no parameters, or frozen
+            ones. Stage ``j`` is moved to ``devices[j]``; they are kept as ``self.stages``
             (an ``nn.ModuleList``) so ``pipe.parameters()`` sees every stage's.
         devices: one device per stage, e.g. ``["cuda:0", "cuda:1"]``; ``None`` means
             ``"cpu"`` for every stage.
@@ -107,30 +120,37 @@ class Pipe(nn.Module):
         """Run the pipeline on a batch.
 
         Args:
-            x: a tensor of shape ``[batch, ...]`` (any device). It is split along
-               dimension 0 into microbatches of ``split_size`` rows.
+            x: a tensor of shape ``[batch, ...]`` with ``batch >= 1`` rows: any rank >= 1,
+               any floating dtype the stages accept, any device, contiguous or not, with
+               or without ``requires_grad``. Microbatch ``i`` is rows
+               ``i * split_size`` up to ``(i + 1) * split_size`` (fewer for the last).
 
         Returns:
             ``stages[-1](...stages[0](x))``: the microbatch outputs concatenated along
-            dimension 0 in the original row order, on ``devices[-1]``. Nothing is
-            detached: ``backward()`` reaches every stage's parameters and ``x``.
+            dimension 0 in the original row order, on ``devices[-1]``, equal to the
+            stages run in sequence on each microbatch (up to floating-point rounding).
+            Nothing is detached: ``backward()`` reaches every stage's parameters that
+            require grad, and ``x`` when it requires grad.
 
-        How: for each wave of ``clock_cycles(num_microbatches, num_stages)`` (call it by
-        that name), first ``self.workers.submit(j, ...)`` every ``(i, j)`` of the wave,
-        then ``self.workers.receive(j)`` them in the same order; the output of
-        microbatch i on stage j is the input of (i, j + 1) in the next wave::
-
-            wave 2:  submit(0) submit(1) submit(2) receive(0) receive(1) receive(2)
-
-        Each submitted callable does the whole stage step itself, including moving its
-        microbatch to the stage's device: a ``.to(device)`` in this (calling) thread
-        makes every stage wait for the copy (also when it is guarded, as in ``if x.device
-        != device``: between GPUs the guard is true). Only views of ``x`` (``torch.split``)
-        are made here before the first submit, and only ``torch.cat`` after the last receive.
+        Guarantees:
+            - Stage ``j`` runs on its worker thread (``self.workers``), microbatches in
+              order, at most ``K`` of them at once across the pipeline: the schedule is
+              ``clock_cycles(M, K)`` (look it up by that name when forward runs), each wave
+              handed out to the workers as a whole before any of its results is waited
+              for, and taken back completely before the next wave starts.
+            - The calling thread only makes views of ``x`` before the work starts and
+              joins the outputs at the end: every copy, transfer and computation of a
+              microbatch happens on its stage's thread.
+            - The grad mode of the caller (``torch.no_grad``, ``torch.inference_mode``)
+              holds in every stage.
+            - ``x`` is left as it was: same values, same ``requires_grad``.
+            - Calls are independent: another batch size on the next call, or a call after
+              one that raised, works like a first call.
 
         Raises:
-            The exception a stage raised, unchanged (same object). The rest of that wave
-            is still received first, so the Pipe can be called again afterwards.
+            The first exception a stage raised (in schedule order), unchanged: the same
+            object, whatever its class (``BaseException`` included), once the wave it
+            was raised in has been taken back, so the Pipe can be called again afterwards.
         """
         # TODO: Implement for Problem 2.2.
         raise NotImplementedError("Problem 2.2: Pipe.forward")
@@ -144,6 +164,46 @@ class Pipe(nn.Module):
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+# ---------------------------------------------------------------- Problem 2.4: balancing the stages
+
+
+def balance_stages(costs: Sequence[float], num_stages: int) -> list[int]:
+    """Cut a stack of layers into ``num_stages`` consecutive stages so the slowest is fastest.
+
+    A pipeline runs at the pace of its slowest stage. Given the cost of every layer, in
+    model order (e.g. its forward time or FLOPs per microbatch; the last layer carries
+    the output layer, so it often costs several times an ordinary one), choose how many
+    consecutive layers each stage gets.
+
+    Args:
+        costs: the cost of each layer, a non-empty sequence (list, tuple, ...) of finite
+            real numbers >= 0 (ints or floats; zeros allowed). It is not changed.
+        num_stages: ``K``, an int with ``1 <= K <= len(costs)``.
+
+    Returns:
+        ``sizes``, a new list of ``K`` ints, each >= 1 (no stage is empty), summing to
+        ``len(costs)``: stage ``s`` holds layers ``sum(sizes[:s])`` up to
+        ``sum(sizes[:s + 1]) - 1``. The cost of a stage is the sum of its layers' costs;
+        no other split into ``K`` non-empty consecutive stages has a smaller largest
+        stage cost (up to floating-point rounding of the sums). When several splits
+        reach that least largest cost, any of them is right.
+
+    Example: seven layers of cost 1, then the output layer's 3.3, on 4 stages. The even
+    split ``[2, 2, 2, 2]`` gives the last stage 1 + 3.3 = 4.3; ``[3, 2, 2, 1]`` and
+    ``[2, 2, 3, 1]`` both give a largest stage cost of 3.3, the least possible, so either
+    is a right answer to ``balance_stages([1, 1, 1, 1, 1, 1, 1, 3.3], 4)``.
+
+    Each call depends only on its arguments.
+
+    Raises:
+        ValueError: at the call, when ``costs`` is empty or holds something that is not a
+            finite real number >= 0 (a negative cost, ``nan``, ``inf``, a string, a bool),
+            or ``num_stages`` is not an int (bools are not), is < 1 or > ``len(costs)``.
+    """
+    # TODO: Implement for Problem 2.4.
+    raise NotImplementedError("Problem 2.4: balance_stages")
 
 
 # ---------------------------------------------------------------- Problem 4: schedules and recomputation
@@ -160,33 +220,39 @@ class Pipe(nn.Module):
 def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[Action]]:
     """The 1F1B (PipeDream-Flush) schedule: one ordered list of actions per device.
 
-    Device ``d`` (there are ``K = num_stages`` devices, one stage each, so stage == d)
-    runs ``K - d - 1`` warm-up forwards, then alternates one forward and one backward,
-    then runs the backwards that are left. Every device does ``F`` and ``B`` of every
-    microbatch ``0 .. M-1`` exactly once, in increasing microbatch order. With
-    ``K = 4, M = 8`` (F takes 1 unit, B 2 units; ``·`` is idle)::
+    Contract (``K = num_stages`` devices with one stage each, so stage == device;
+    ``M = num_microbatches``):
+
+    - Returns a new list of K lists; ``schedule[d]`` is device d's actions in the order
+      it runs them, each ``Action(d, "F" or "B", m)``. Every device runs the forward and
+      the full backward of every microbatch ``0 .. M-1`` exactly once.
+    - Valid: :func:`minitorch.schedules.simulate` places it without a deadlock.
+    - Memory: device ``d`` never holds more than ``min(K - d, M)`` microbatches'
+      activations at once (held from the start of its F to the end of its B on that
+      device); GPipe holds all M.
+    - Time: with instant transfers, one step takes as long as GPipe's,
+      ``(M + K - 1)(F + B)``, whatever the F and B times; with a delay on every transfer
+      between devices (``simulate(..., t_comm=...)``), no longer than the lecture's
+      1F1B timeline below takes with the same delay.
+
+    The lecture's timeline for ``K = 4, M = 8`` (F takes 1 unit, B 2 units, two
+    characters per unit, ``·`` idle)::
 
         device 0 |F0F1F2F3············B0B0F4B1B1F5B2B2F6B3B3F7B4B4··B5B5··B6B6··B7B7|
         device 1 |··F0F1F2········B0B0F3B1B1F4B2B2F5B3B3F6B4B4F7B5B5··B6B6··B7B7····|
         device 2 |····F0F1····B0B0F2B1B1F3B2B2F4B3B3F5B4B4F6B5B5F7B6B6··B7B7········|
         device 3 |······F0B0B0F1B1B1F2B2B2F3B3B3F4B4B4F5B5B5F6B6B6F7B7B7············|
 
-    so ``one_f_one_b(4, 8)[0]`` is ``[Action(0, "F", 0), Action(0, "F", 1),
-    Action(0, "F", 2), Action(0, "F", 3), Action(0, "B", 0), Action(0, "F", 4), ...]``
-    (``minitorch.schedules.format_schedule`` prints it as ``"F0 F1 F2 F3 B0 F4 B1 ..."``).
-    The step takes as long as GPipe's, but device ``d`` never holds more than
-    ``K - d`` microbatches' activations (GPipe: all M). With fewer microbatches than
-    warm-up slots (``M < K - d - 1``) the warm-up is all ``M`` forwards.
+    ``render_ascii(simulate(one_f_one_b(4, 8)))`` draws yours the same way, and
+    ``format_schedule`` prints a device's list as ``"F0 F1 F2 F3 B0 F4 B1 ..."``.
 
     Args:
-        num_stages: ``K >= 1`` devices.
-        num_microbatches: ``M >= 1``.
-
-    Returns:
-        ``schedule[d]``: device d's actions in order, each ``Action(d, "F" or "B", m)``.
+        num_stages: ``K``, an int ``>= 1``.
+        num_microbatches: ``M``, an int ``>= 1`` (any M, ``M < K`` included).
 
     Raises:
-        ValueError: ``num_stages < 1`` or ``num_microbatches < 1`` (or not ints).
+        ValueError: at the call, when an argument is not an int (``4.0``, ``"4"``,
+            ``None`` and the bools ``True``/``False`` are not) or is ``< 1``.
     """
     # TODO: Implement for Problem 4.1.
     raise NotImplementedError("Problem 4.1: one_f_one_b")
@@ -195,37 +261,44 @@ def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[Action]]:
 def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_chunks: int) -> list[list[Action]]:
     """Megatron's interleaved 1F1B schedule with ``v = num_chunks`` chunks per device.
 
-    The model has ``K * v`` stages (``K = num_stages`` devices); device ``d`` holds stages
-    ``d, d + K, ..., d + (v-1)K`` (its chunks 0..v-1), so a microbatch goes round the
-    devices v times and each action does 1/v of the device's work. Use
-    ``stage_of(device, chunk, K)`` for the stage number.
+    The model has ``K * v`` stages (``K = num_stages`` devices); device ``d`` holds the
+    stages ``stage_of(d, c, K)`` for its chunks ``c = 0 .. v-1``, so a microbatch goes
+    round the devices v times and each action does ``1/v`` of the device's work.
 
-    Device d's k-th forward (k = 0 .. M*v - 1) takes microbatches in groups of K per
-    chunk: with ``g, r = divmod(k, K * v)`` it is chunk ``r // K``, microbatch
-    ``g * K + r % K``. Its k-th backward is the same but with the chunk reversed
-    (``v - 1 - r // K``). Order for ``v >= 2``: ``min(2(K-d-1) + (v-1)K, M v)`` warm-up
-    forwards, then one forward one backward, then the remaining backwards. With ``v = 1``
-    it is plain 1F1B (``one_f_one_b``: ``K - d - 1`` warm-up forwards). With ``K = 2, M = 4, v = 2``::
+    Contract (``M = num_microbatches``, F and B the times of a device's whole share):
 
-        device 0 |0F00F11F01F10F2···1B01B00F31B11B11F20B00B01F30B10B1···1B21B2···1B31B30B20B20B30B3|
-        device 1 |···0F00F11F01B01B01F11B11B10F20B00B00F30B10B11F21B21B21F31B31B30B20B20B30B3······|
+    - Returns a new list of K lists; ``schedule[d]`` is device d's actions in order,
+      each ``Action(stage_of(d, chunk, K), "F" or "B", m)``, the forward and the full
+      backward of every microbatch on every one of its chunks exactly once.
+    - Valid: :func:`minitorch.schedules.simulate` places it without a deadlock.
+    - Time: with instant transfers one step takes ``(M + (K - 1)/v)(F + B)``, so the
+      bubble is 1F1B's divided by v in Megatron's convention (idle over compute time:
+      ``(K - 1)/(v M)``); in GPipe's (idle over total time) it is ``(K - 1)/(v M + K - 1)``.
+      With a delay on every transfer between devices, no longer than Megatron-LM's
+      order (pictured below) takes with the same delay.
+    - Memory: device d never holds more microbatches' activations at once (each chunk
+      counting 1/v) than Megatron-LM's order does: 2.5 on device 0 in the picture, 5.5
+      at ``K = 4, M = 8, v = 2``, against 1F1B's 4; the price of the smaller bubble,
+      with v times as many transfers.
+    - ``v = 1`` is plain 1F1B: the same contract as :func:`one_f_one_b`.
 
-    (``1F0``: chunk 1, forward, microbatch 0; each chunk's F takes half a unit.) The
-    bubble is the 1F1B bubble divided by v; the price is v times as many transfers and
-    more microbatches in flight (5.5 instead of 4 on device 0 at K = 4, M = 8, v = 2).
+    Megatron-LM's order for ``K = 2, M = 4, v = 2`` (``1F0``: chunk 1, forward,
+    microbatch 0; each box starts with ``|``; a chunk's F takes 1/2 unit, its B 1 unit;
+    ``·`` idle)::
+
+        device 0 |0F0|0F1|1F0|1F1|0F2····|1B0    |0F3|1B1    |1F2|0B0    |1F3|0B1    ····|1B2    ····|1B3    |0B2    |0B3    |
+        device 1 ····|0F0|0F1|1F0|1B0    |1F1|1B1    |0F2|0B0    |0F3|0B1    |1F2|1B2    |1F3|1B3    |0B2    |0B3    ········|
 
     Args:
-        num_stages: ``K >= 1`` devices.
-        num_microbatches: ``M >= 1``, a multiple of ``K``.
-        num_chunks: ``v >= 1`` chunks per device (``v = 1`` is plain 1F1B).
-
-    All three are ints (not floats, not bools).
-
-    Returns:
-        ``schedule[d]``: device d's actions in order, ``Action(stage_of(d, chunk, K), kind, m)``.
+        num_stages: ``K``, an int ``>= 1``.
+        num_microbatches: ``M``, an int ``>= 1`` and a multiple of ``K``, for every
+            ``v`` (``v = 1`` included: the rule does not depend on v).
+        num_chunks: ``v``, an int ``>= 1``.
 
     Raises:
-        ValueError: a size < 1 (or not an int), or ``num_microbatches % num_stages != 0``.
+        ValueError: at the call, when an argument is not an int (``4.0``, ``"4"``,
+            ``None`` and the bools are not) or is ``< 1``, or when
+            ``num_microbatches % num_stages != 0``.
     """
     # TODO: Implement for Problem 4.2.
     raise NotImplementedError("Problem 4.2: interleaved_one_f_one_b")
@@ -254,73 +327,204 @@ def run_layers(layers: Sequence[Callable], x: torch.Tensor) -> torch.Tensor:
 
 
 class CheckpointSegment(torch.autograd.Function):
-    """One recomputed segment: ``CheckpointSegment.apply(run_segment, x, *params)``.
+    """One recomputed segment of layers, as an autograd Function:
+    ``CheckpointSegment.apply(run_segment, x, *params)``.
 
-    Forward runs ``run_segment(x)`` without building a graph and keeps only ``x`` (and
-    the random-number state); backward runs ``run_segment`` again from ``x`` with the
-    same random numbers, this time with a graph, and backpropagates through it.
-    ``params`` are the segment's parameters: passing them makes them inputs of this
-    Function, so the output requires grad (and ``backward`` is called) even when ``x``
-    does not, and ``backward`` returns their gradients.
+    Contract:
+
+    - ``run_segment``: a callable taking one tensor and returning one tensor (the
+      segment's layers one after the other); it may draw random numbers (dropout).
+      ``x``: the segment's input, any shape, dtype, device or layout, requiring grad
+      or not. ``params``: the tensors ``run_segment`` uses whose gradients are wanted
+      (the segment's parameters; frozen ones and none at all are allowed).
+    - The value returned, and the gradients that reach ``x`` and every ``params``
+      tensor that requires grad, are bit for bit those of calling ``run_segment(x)``
+      directly with the same random numbers; the output requires grad exactly when
+      ``x`` or one of ``params`` does.
+    - Memory: between forward and backward the Function keeps no tensor that
+      ``run_segment`` computed; ``run_segment`` runs once in forward and once more
+      in each backward.
+    - Random numbers: code that draws after the forward, or after the backward, draws
+      the same numbers as it would after calling ``run_segment(x)`` directly.
+    - Nothing the caller can see changes: ``x`` keeps its values and its
+      ``requires_grad``, and a second backward through the same graph
+      (``retain_graph=True``) gives the same gradients again.
     """
 
     @staticmethod
     def forward(ctx, run_segment: Callable, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
-        """Run the segment (grad mode is already off here); save x, params and RNG states.
-
-        Save tensors with ``ctx.save_for_backward`` and anything else as ``ctx``
-        attributes. Save the CPU generator's state (``torch.get_rng_state()``) and, when
-        ``x`` is on CUDA, that device's (``torch.cuda.get_rng_state(x.device)``): dropout
-        in the segment must draw the same numbers again in backward.
-        """
+        """The segment's output (autograd has switched grad mode off here); see the class."""
         # TODO: Implement for Problem 4.3.
         raise NotImplementedError("Problem 4.3: CheckpointSegment.forward")
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
-        """Recompute the segment from its saved input with a graph; return the gradients.
-
-        Returns one gradient per ``forward`` argument: ``None`` for ``run_segment``, then
-        ``d loss / d x`` and one per param (``None`` where ``ctx.needs_input_grad`` is
-        False). Replay the saved RNG state for the recomputation and put the generator
-        back as it was afterwards, so that backward does not change the random numbers
-        that later code draws.
-        """
+        """One gradient per argument of ``forward``: ``None`` for ``run_segment``, then
+        ``x``'s and each param's (``None`` where ``ctx.needs_input_grad`` is False)."""
         # TODO: Implement for Problem 4.3.
         raise NotImplementedError("Problem 4.3: CheckpointSegment.backward")
 
 
 def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments: int | None = None) -> torch.Tensor:
-    """Run ``layers`` on ``x`` with activation recomputation (hand-written, sqrt(n) checkpoints).
+    """Run ``layers`` on ``x`` with activation recomputation (sqrt(n) checkpoints, by hand).
 
-    Same value and, bit for bit, the same gradients as ``run_layers(layers, x)``, but the
-    forward keeps only each segment's input: the ``n`` layers are cut into ``segments``
-    consecutive segments (``segment_bounds``), each run through ``CheckpointSegment``,
-    and recomputed once in backward. Stored activations ~ ``n/k + k`` for segments of
-    ``k`` layers (segment inputs + one segment being recomputed), least at ``k ~ sqrt(n)``;
-    the price is one extra forward of every layer (lecture 4.3)::
+    Contract (``n = len(layers)``):
 
-        forward   h0 ─[L0 L1 L2]─ h3 ─[L3 L4 L5]─ h6 ─[L6 L7 L8]─ h9   keep h0, h3, h6
-        backward  recompute L6 L7 L8 from h6, backprop; then L3 L4 L5 from h3; ...
+    - Returns ``run_layers(layers, x)``: the same value and, bit for bit, the same
+      gradients for ``x`` (when it requires grad) and for every parameter of every
+      ``nn.Module`` layer that requires grad, dropout included.
+    - The layers are cut into ``segments`` consecutive pieces as
+      :func:`segment_bounds` cuts them; each is a :class:`CheckpointSegment`.
+      After the forward only the inputs of the segments are kept; the backward
+      recomputes one segment at a time, so every layer runs exactly once in the
+      forward and exactly once more in the backward, the last segment's included.
+    - Random numbers, the caller's ``x`` and a second backward: as
+      :class:`CheckpointSegment` promises.
+    - Works on any call: other layers, sizes, dtypes and shapes than the previous call.
+      Do not use ``torch.utils.checkpoint``.
 
-    Each layer's forward therefore runs exactly twice (once in forward, once in
-    backward), the last segment included. Layers with dropout give the same masks in
-    both runs because the RNG state is replayed. Do not use ``torch.utils.checkpoint``.
+    The memory it saves is a written question (REPORT.md, Q5)::
+
+        forward   h0 -[L0 L1 L2]- h3 -[L3 L4 L5]- h6 -[L6 L7 L8]- h9   keeps h0, h3, h6
 
     Args:
-        layers: a non-empty sequence of callables: ``nn.Module`` s (an ``nn.Sequential``
-            works) or plain functions such as ``torch.tanh``, which have no parameters.
-            Parameters of ``nn.Module`` layers get gradients.
-        x: the input tensor (any device; may or may not require grad).
-        segments: number of segments, an int in ``1 .. len(layers)``; ``None`` means
-            ``round(sqrt(len(layers)))``.
-
-    Returns:
-        The output of the last layer; differentiable w.r.t. ``x`` and the parameters.
+        layers: a non-empty sequence (list, tuple, ``nn.ModuleList``, ``nn.Sequential``)
+            of callables: ``nn.Module`` s, with or without parameters, frozen or not, or
+            plain functions such as ``torch.tanh``.
+        x: the input tensor: any shape, dtype, device, contiguous or not; may or may
+            not require grad.
+        segments: an int in ``1 .. n``; ``None`` means ``round(sqrt(n))``, rounded to the
+            nearest int (``n = 7``: 3 segments; ``n = 10``: 3).
 
     Raises:
-        ValueError: no layers, a layer that is not callable, ``x`` not a tensor, or
-            ``segments`` not an int in ``1 .. len(layers)``.
+        ValueError: at the call, for no layers, a layer that is not callable, ``x``
+            not a tensor, or ``segments`` not an int in ``1 .. n`` (bools are not ints
+            here).
     """
     # TODO: Implement for Problem 4.3.
     raise NotImplementedError("Problem 4.3: checkpoint_sequential")
+
+
+def train_step(
+    workers: StageWorkers,
+    stages: Sequence[nn.Module],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    num_microbatches: int,
+) -> StepReport:
+    """One training step (forward and backward; the optimizer step is the caller's) of a
+    pipelined model, run by YOUR schedules through the provided executor
+    (:func:`minitorch.executor.run_schedule`).
+
+    Contract (``K = workers.num_stages`` devices, ``v = len(stages) / K`` chunks each,
+    ``M = num_microbatches``):
+
+    - ``stages[s]`` is stage ``s`` of the model, already on device ``s % K``
+      (``workers.devices[s % K]``); the model is the stages one after the other.
+    - The step follows :func:`one_f_one_b` when ``v = 1`` and
+      :func:`interleaved_one_f_one_b` when ``v >= 2``: every device runs exactly the
+      actions of its row of that schedule, in that order.
+    - Gradients: afterwards every parameter's ``.grad`` has grown by the gradient of
+      the mean of ``loss_fn`` over the whole batch, run through all stages without a
+      pipeline (within floating-point rounding); ``inputs`` and ``targets`` are split
+      along dim 0 into M microbatches.
+    - Memory: the peak number of microbatches whose activations a device holds, as
+      measured while the step runs, is what ``minitorch.schedules.simulate`` predicts
+      for that schedule (``Timeline.peak_in_flight``).
+    - Returns the executor's :class:`~minitorch.executor.StepReport` (the batch loss,
+      what each device ran, the peaks).
+    - Bounded: an error in a stage is raised, not hung on; no wait lasts longer than
+      ``workers.timeout``.
+
+    Args:
+        workers: the provided :class:`~minitorch.runtime.StageWorkers`, one per device.
+        stages: ``K * v >= 1`` ``nn.Module`` s, a multiple of ``K``.
+        inputs, targets: ``[batch, ...]`` tensors with ``batch >= M``.
+        loss_fn: ``loss_fn(output, target)``, the mean loss of a microbatch.
+        num_microbatches: ``M``, an int ``>= 1``; a multiple of ``K`` when ``v >= 2``.
+
+    Raises:
+        ValueError: ``len(stages)`` is not a positive multiple of ``K``, or ``M`` is not
+            valid for the schedule (as your schedule functions raise it).
+    """
+    # TODO: Implement for Problem 4.4.
+    raise NotImplementedError("Problem 4.4: train_step")
+
+
+# ---------------------------------------------------------------- Problem 5: plan a 3D-parallel run
+#
+# N = t * p * d GPUs: tensor-parallel groups of t GPUs, pipelines of p stages, d data-parallel
+# replicas of the whole pipeline. minitorch.cost_model (provided) holds Model, Cluster and
+# Estimate, the lecture's models and clusters, and prints tables of YOUR estimates
+# (python -m minitorch.cost_model). The write-up's "The cost model" section says what the
+# estimate counts; the formulas are the lecture's (section 6) and the write-up's hints.
+
+
+def estimate(model: Model, cluster: Cluster, batch: int, t: int, p: int, microbatch: int = 1) -> Estimate:
+    """The cost model's estimate of one training step of ``model`` on ``cluster`` with
+    tensor-parallel size ``t``, ``p`` pipeline stages and ``d = cluster.gpus / (t * p)``
+    data-parallel replicas, training under 1F1B with full activation recomputation.
+
+    A plan ``(t, p)`` is *valid* for a model, cluster, batch and microbatch size when
+    ``t * p`` divides the GPUs, ``p`` divides the layers, ``t`` divides the attention heads
+    and the batch splits into ``d`` equal shares of whole microbatches. ``t`` need not be a
+    power of two and may be larger than a node (the plan is valid; its tensor-parallel
+    traffic then leaves the node).
+
+    Args:
+        model: a :class:`Model` (any sizes); not changed.
+        cluster: a :class:`Cluster` (any sizes and speeds); not changed.
+        batch: the global batch, in sequences: an int >= 1.
+        t, p: ints >= 1.
+        microbatch: sequences per microbatch: an int >= 1.
+
+    Returns:
+        A new :class:`Estimate`: the plan's ``t``, ``p``, ``d``; ``microbatches``, the
+        microbatches each pipeline runs per step; the five time terms in seconds
+        (``compute_s``, ``bubble_s``, ``tensor_parallel_s``, ``pipeline_s``,
+        ``data_parallel_s``) and the two memory terms per GPU in bytes (``state_bytes``,
+        ``activation_bytes``), each exactly what the write-up's cost model counts;
+        ``flops_per_gpu``, the model FLOPs one GPU does per step (recomputation included);
+        ``memory_limit``, the cluster's memory per GPU.
+
+    Guarantees:
+        Every number within relative 1e-6 of the cost model's value (a term the model makes
+        zero is zero within 1e-9 of the step time or of the memory limit). Calls are
+        independent: no state is kept between them.
+
+    Raises:
+        ValueError: at the call, when ``batch``, ``t``, ``p`` or ``microbatch`` is not an
+            int >= 1 (a bool is not one), or when the plan is not valid; the message says
+            which condition failed.
+    """
+    # TODO: Implement for Problem 5.1.
+    raise NotImplementedError("Problem 5.1: estimate")
+
+
+def best_plan(model: Model, cluster: Cluster, batch: int, microbatch: int = 1) -> Estimate | None:
+    """The fastest valid plan that fits in memory, or ``None`` when none fits.
+
+    Every valid ``(t, p)`` (as :func:`estimate` defines valid, for this ``batch`` and
+    ``microbatch``) is a candidate. A plan *fits* when its ``memory_bytes`` is at most the
+    cluster's memory per GPU (``Estimate.fits``). Each candidate's time and memory are the
+    ones this module's ``estimate`` returns for it, looked up when ``best_plan`` runs.
+
+    Args:
+        model, cluster: as for :func:`estimate`; not changed.
+        batch, microbatch: ints >= 1, as for :func:`estimate`.
+
+    Returns:
+        The :class:`Estimate` of the fitting plan with the smallest ``step_s`` (when several
+        are within relative 1e-9 of the smallest, any one of them), or ``None`` when no valid
+        plan fits, including when no plan is valid at all.
+
+    Guarantees:
+        Calls are independent: no state is kept between them.
+
+    Raises:
+        ValueError: at the call, when ``batch`` or ``microbatch`` is not an int >= 1 (a bool
+            is not one).
+    """
+    # TODO: Implement for Problem 5.2.
+    raise NotImplementedError("Problem 5.2: best_plan")

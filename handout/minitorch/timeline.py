@@ -9,6 +9,8 @@ units, B t_b, a transfer between devices t_comm.
 """
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Sequence
 
 from minitorch import cli, schedules
@@ -68,5 +70,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def run_command(argv: Sequence[str] | None = None) -> int:
+    """``main`` as a command: a reader that stops early (``... | head``) ends it quietly."""
+    try:
+        status = cli.run(main, "python -m minitorch.timeline", argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python's recipe: point stdout at devnull so the flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return status
+
+
 if __name__ == "__main__":
-    raise SystemExit(cli.run(main, "python -m minitorch.timeline"))
+    raise SystemExit(run_command())

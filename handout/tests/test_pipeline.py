@@ -1,10 +1,11 @@
-"""Public tests for Problem 2 (clock_cycles and Pipe).
+"""Public tests for Problem 2 (clock_cycles, Pipe and balance_stages).
 
-Run one problem with ``pytest -m problem_2_1`` or ``pytest -m problem_2_2``. On the
+Run one problem with ``pytest -m problem_2_1``, ``-m problem_2_2`` or ``-m problem_2_4``. On the
 starter kit every test here fails with NotImplementedError until you implement it.
 ``@pytest.mark.criterion(...)`` names the grader's criteria whose kind of mistake a test
 catches (the write-up lists them next to each criterion).
 """
+import itertools
 import threading
 import time
 
@@ -16,7 +17,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from minitorch import runtime
-from minitorch.pipeline import Pipe, clock_cycles
+from minitorch.pipeline import Pipe, balance_stages, clock_cycles
 
 RTOL, ATOL = 1e-4, 1e-6
 
@@ -57,11 +58,17 @@ def test_one_stage_is_one_microbatch_per_wave():
 
 @pytest.mark.problem_2_1
 @pytest.mark.criterion("2.1-errors")
-@pytest.mark.parametrize("num_microbatches, num_stages", [(-1, 3), (3, 0), (3, -2), (0, -1)])
+@pytest.mark.parametrize("num_microbatches, num_stages", [(-1, 3), (3, 0), (3, -2), (0, -1), (True, 3), (3, 2.0), ("3", 3)])
 def test_bad_arguments_raise_value_error(num_microbatches, num_stages):
-    with pytest.raises(ValueError):
+    call = f"clock_cycles({num_microbatches!r}, {num_stages!r})"
+    try:
         # at the call (checked first) or on the first next (a generator function): both are right
-        next(iter(clock_cycles(num_microbatches, num_stages)))
+        first = next(iter(clock_cycles(num_microbatches, num_stages)), "nothing")
+    except ValueError:
+        return
+    except Exception as error:  # noqa: BLE001 - named in the message
+        pytest.fail(f"contract (Raises): {call} raised {type(error).__name__}: {error}; expected ValueError")
+    pytest.fail(f"contract (Raises): {call} yielded {first!r}; expected ValueError (not an int, M < 0 or K < 1)")
 
 
 @pytest.mark.problem_2_1
@@ -77,18 +84,55 @@ def test_a_generator_that_yields_a_new_list_per_wave():
 
 
 @pytest.mark.problem_2_1
+@pytest.mark.criterion("2.1-generator")
+def test_lazy_and_new_lists_on_every_call():
+    started = time.perf_counter()
+    first = next(iter(clock_cycles(1_000_000, 2)))
+    seconds = time.perf_counter() - started
+    assert seconds < 0.05, (
+        f"contract (Guarantees): clock_cycles(1000000, 2) took {seconds:.2f} s to yield its first wave {first}: "
+        "every wave was computed before the first was handed out"
+    )
+    once, twice = list(clock_cycles(3, 3)), list(clock_cycles(3, 3))
+    assert all(type(wave) is list for wave in once), f"contract (Yields): each wave is a list; got {once}"
+    assert not any(a is b for a in once for b in twice), "contract (Yields): two calls yielded the same list objects"
+
+
+@pytest.mark.problem_2_1
+@pytest.mark.criterion("2.1-schedule")
+def test_calls_are_independent():
+    outer = iter(clock_cycles(3, 3))
+    waves = [next(outer)]
+    other = list(clock_cycles(4, 2))  # another call while the first is half way through
+    waves += list(outer)
+    assert waves == [[(0, 0)], [(1, 0), (0, 1)], [(2, 0), (1, 1), (0, 2)], [(2, 1), (1, 2)], [(2, 2)]], (
+        f"contract (Guarantees): clock_cycles(3, 3) with clock_cycles(4, 2) run after its first wave yielded {waves}"
+    )
+    assert len(other) == 5
+
+
+@pytest.mark.problem_2_1
 @pytest.mark.criterion("2.1-schedule")
 @given(num_microbatches=st.integers(1, 12), num_stages=st.integers(1, 12))
 def test_schedule_properties(num_microbatches, num_stages):
+    call = f"clock_cycles({num_microbatches}, {num_stages})"
     waves = list(clock_cycles(num_microbatches, num_stages))
-    assert len(waves) == num_microbatches + num_stages - 1
-    seen = set()
-    for k, wave in enumerate(waves):
-        assert all(i + j == k for i, j in wave), f"wave {k} holds a pair with i + j != {k}: {wave}"
-        seen.update(wave)
     every_pair = {(i, j) for i in range(num_microbatches) for j in range(num_stages)}
-    assert seen == every_pair
-    assert sum(len(wave) for wave in waves) == len(every_pair), "a pair appears twice"
+    seen = [pair for wave in waves for pair in wave]
+    assert sorted(seen) == sorted(every_pair), (
+        f"contract (Yields): every pair (i < M, j < K) in exactly one wave; {call} yields "
+        f"{len(seen)} pairs for {len(every_pair)}, missing {sorted(every_pair - set(seen))[:4]}"
+    )
+    finished = {}  # (i, j) -> the clock cycle it ran in
+    for k, wave in enumerate(waves):
+        assert wave, f"contract (Yields): {call}, wave {k} is empty"
+        for i, j in wave:
+            ready = max(finished.get((i, j - 1), -1), finished.get((i - 1, j), -1)) + 1
+            assert k == ready, (
+                f"contract: {call}, wave {k} holds {(i, j)}, which can run in clock cycle {ready} at the earliest "
+                "(it needs (i, j - 1) and (i - 1, j) done first) and must run then"
+            )
+            finished[i, j] = k
 
 
 @pytest.mark.problem_2_1
@@ -167,6 +211,15 @@ def test_microbatches_have_split_size_rows(pipe_factory, batch, split_size, size
         assert [first for stage, first, _ in log if stage == j] == starts, f"stage {j} ran the microbatches out of order"
 
 
+WAVES_3_3 = [
+    ["submit(0)", "receive(0)"],
+    ["submit(0)", "submit(1)", "receive(0)", "receive(1)"],
+    ["submit(0)", "submit(1)", "submit(2)", "receive(0)", "receive(1)", "receive(2)"],
+    ["submit(1)", "submit(2)", "receive(1)", "receive(2)"],
+    ["submit(2)", "receive(2)"],
+]
+
+
 def call_order(pipe, x):
     """The submit/receive calls the Pipe makes on its StageWorkers, as ``["submit(0)", ...]``."""
     events = []
@@ -186,8 +239,18 @@ def test_call_order_is_submit_the_wave_then_receive_it(pipe_factory):
         "submit(1)", "submit(2)", "receive(1)", "receive(2)",
         "submit(2)", "receive(2)",
     ]
-    assert call_order(pipe, torch.randn(6, 6)) == expected
-    assert call_order(pipe, torch.randn(5, 6)) == expected, "a second call (uneven last microbatch) differs"
+    for call, rows in enumerate((6, 5), start=1):  # a second call, with an uneven last microbatch
+        got = call_order(pipe, torch.randn(rows, 6))
+        position = 0
+        for wave, want in enumerate(WAVES_3_3):
+            have = got[position : position + len(want)]
+            assert have == want, (
+                f"contract (Guarantees): 3 stages, {rows} rows at split_size 2, call {call}: wave {wave}: "
+                f"expected {' '.join(want)}; got {' '.join(have) or 'nothing'}"
+            )
+            position += len(want)
+        assert position == len(got), f"call {call}: after the last wave: expected nothing; got {' '.join(got[position:])}"
+    assert sum(map(len, WAVES_3_3)) == len(expected)
 
 
 @pytest.mark.problem_2_2
@@ -292,14 +355,14 @@ class FailsOnce(nn.Module):
 
 
 @pytest.mark.problem_2_2
-@pytest.mark.criterion("2.2-exceptions")
+@pytest.mark.criterion("2.2-exceptions", "2.2-exception-unchanged")
 def test_stage_exception_reaches_caller_and_pipe_is_reusable(pipe_factory):
     torch.manual_seed(0)
     stages = [nn.Linear(6, 6), FailsOnce(), nn.Linear(6, 6)]
     pipe = pipe_factory(stages, 2)
     with pytest.raises(StageFailure, match="stage 1 refused this batch") as caught:
         pipe(torch.randn(6, 6))
-    assert caught.value is stages[1].raised, "re-raise the stage's own exception object, not a copy"
+    assert caught.value is stages[1].raised, "contract (Raises): the stage's own exception object, not a copy or a wrapper"
     stages[1].fail = False
     x = torch.randn(6, 6)
     torch.testing.assert_close(pipe(x), run_sequentially(stages, x), rtol=RTOL, atol=ATOL,
@@ -382,3 +445,162 @@ def test_microbatches_are_moved_and_computed_inside_the_submitted_callables(pipe
             "microbatch (.to(device)), copying or computing on it belongs inside the submitted callable "
             "(only views such as torch.split before, only torch.cat after the last receive)"
         )
+
+
+class Flatten(nn.Module):
+    """A stage without parameters for batches of any rank: tanh of every number."""
+
+    def forward(self, x):
+        return torch.tanh(x * 1.5 - 0.25)
+
+
+FORWARD_KINDS = {
+    "1-D batch": lambda: ([Flatten(), Flatten()], torch.randn(7, dtype=torch.float64)),
+    "4-D batch": lambda: ([Flatten(), Flatten()], torch.randn(7, 2, 1, 3)),
+    "float32 and one row": lambda: (make_stages(2), torch.randn(1, 6, dtype=torch.float32)),
+    "float64": lambda: ([stage.double() for stage in make_stages(3)], torch.randn(7, 6, dtype=torch.float64)),
+    "non-contiguous batch": lambda: (make_stages(2), torch.randn(6, 7).t()[:, :6].t().contiguous().t()),
+    "frozen stage": lambda: ([make_stages(1)[0].requires_grad_(False), *make_stages(1, seed=1)], torch.randn(7, 6)),
+    "tuple of stages": lambda: (tuple(make_stages(2)), torch.randn(7, 6)),
+    "ModuleList of stages": lambda: (nn.ModuleList(make_stages(3)), torch.randn(7, 6)),
+}
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-forward")
+@pytest.mark.parametrize("kind", sorted(FORWARD_KINDS))
+def test_pipe_matches_sequential_across_the_contract(pipe_factory, kind):
+    stages, x = FORWARD_KINDS[kind]()
+    pipe = pipe_factory(stages, 2)
+    for call, batch in enumerate((x, x[: max(1, x.shape[0] - 2)]), start=1):  # the second call: another size
+        torch.testing.assert_close(pipe(batch), run_sequentially(list(stages), batch), rtol=RTOL, atol=ATOL,
+                                   msg=lambda m: f"contract (Returns): {kind}, call {call}: not the stages run in sequence: {m}")
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-input-unchanged")
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_the_callers_input_is_left_as_it_was(pipe_factory, requires_grad):
+    pipe = pipe_factory(make_stages(2), 2)
+    x = torch.randn(5, 6).requires_grad_(requires_grad)
+    before = x.detach().clone()
+    pipe(x)
+    assert x.requires_grad == requires_grad, (
+        f"contract (Guarantees): the caller's x had requires_grad={requires_grad}; after the forward it is {x.requires_grad}"
+    )
+    assert torch.equal(x.detach(), before), "contract (Guarantees): forward changed the caller's x in place"
+
+
+class Interrupt(BaseException):
+    """Not an Exception, as KeyboardInterrupt is not."""
+
+
+class FailsOn(nn.Module):
+    """Counts its calls; raises ``error`` on call number ``on`` (0-based) while ``fail`` is set."""
+
+    def __init__(self, on, error):
+        super().__init__()
+        self.on, self.error, self.calls, self.fail, self.raised = on, error, 0, True, None
+
+    def forward(self, x):
+        self.calls += 1
+        if self.fail and self.calls - 1 == self.on:
+            self.raised = self.error("refused")
+            raise self.raised
+        return x + 1
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-exceptions")
+def test_a_base_exception_mid_wave_reaches_the_caller_and_the_pipe_still_works(pipe_factory):
+    # 3 stages, 3 microbatches; stage 1 fails on microbatch 2, in wave 3 with (1, 2) still to take back
+    stages = [FailsOn(-1, StageFailure), FailsOn(2, Interrupt), FailsOn(-1, StageFailure)]
+    pipe = pipe_factory(stages, 2)
+    with pytest.raises(Interrupt):
+        pipe(torch.zeros(6, 1))
+    stages[1].fail = False
+    x = torch.arange(6.0).unsqueeze(1)
+    torch.testing.assert_close(pipe(x), x + 3, msg=lambda m: (
+        "contract (Raises): after a stage raised a BaseException the next call is wrong: take back the rest of "
+        f"the wave first: {m}"))
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-exception-unchanged")
+def test_no_later_wave_runs_after_an_error(pipe_factory):
+    stages = [FailsOn(0, StageFailure), FailsOn(-1, StageFailure), FailsOn(-1, StageFailure)]
+    pipe = pipe_factory(stages, 2)
+    with pytest.raises(StageFailure):
+        pipe(torch.zeros(6, 1))
+    calls = [stage.calls for stage in stages]
+    assert calls == [1, 0, 0], (
+        f"contract (Raises): stage 0 failed in wave 0, yet the stages ran {calls} microbatches: the forward stops "
+        "once the wave the error was raised in is taken back"
+    )
+
+
+# ---------------------------------------------------------------- Problem 2.4
+
+
+def slowest_stage(costs, sizes):
+    starts = list(itertools.accumulate([0, *sizes]))
+    return max(sum(costs[a:b]) for a, b in zip(starts, starts[1:]))
+
+
+def least_slowest_stage(costs, num_stages):
+    """Every split, tried (only for a handful of layers)."""
+    cuts = itertools.combinations(range(1, len(costs)), num_stages - 1)
+    return min(slowest_stage(costs, [b - a for a, b in zip((0, *cut), (*cut, len(costs)))]) for cut in cuts)
+
+
+def check_split(costs, num_stages, sizes):
+    call = f"balance_stages({costs}, {num_stages})"
+    assert isinstance(sizes, list) and all(type(n) is int for n in sizes), f"contract (Returns): {call} returned {sizes!r}; expected a list of ints"
+    assert len(sizes) == num_stages and min(sizes) >= 1 and sum(sizes) == len(costs), (
+        f"contract (Returns): {call} returned {sizes}; expected {num_stages} stages of at least one layer, {len(costs)} in all"
+    )
+    least = least_slowest_stage(costs, num_stages)
+    assert slowest_stage(costs, sizes) <= least + 1e-9 * max(1.0, sum(costs)), (
+        f"contract (Returns): {call} returned {sizes}, whose slowest stage costs {slowest_stage(costs, sizes):.6g}; "
+        f"the least possible is {least:.6g}"
+    )
+
+
+@pytest.mark.problem_2_4
+@pytest.mark.criterion("2.4-balance")
+def test_the_lectures_output_layer():
+    costs = [1] * 7 + [3.3]
+    check_split(costs, 4, balance_stages(costs, 4))
+    check_split(costs, 2, balance_stages(costs, 2))
+
+
+@pytest.mark.problem_2_4
+@pytest.mark.criterion("2.4-balance")
+@given(costs=st.lists(st.floats(0, 10, allow_nan=False) | st.integers(0, 9), min_size=1, max_size=8), data=st.data())
+def test_the_least_slowest_stage(costs, data):
+    num_stages = data.draw(st.integers(1, len(costs)), label="num_stages")
+    check_split(costs, num_stages, balance_stages(costs, num_stages))
+
+
+@pytest.mark.problem_2_4
+@pytest.mark.criterion("2.4-arguments")
+@pytest.mark.parametrize("costs, num_stages", [([], 1), ([1, -1], 1), ([1, float("nan")], 1), (["1"], 1),
+                                               ([1, 2], 0), ([1, 2], 3), ([1, 2], True), ([1, 2], 2.0)])
+def test_bad_arguments_raise_value_error_at_the_call(costs, num_stages):
+    call = f"balance_stages({costs!r}, {num_stages!r})"
+    try:
+        result = balance_stages(costs, num_stages)
+    except ValueError:
+        return
+    except Exception as error:  # noqa: BLE001 - named in the message
+        pytest.fail(f"contract (Raises): {call} raised {type(error).__name__}: {error}; expected ValueError")
+    pytest.fail(f"contract (Raises): {call} returned {result!r}; expected ValueError")
+
+
+@pytest.mark.problem_2_4
+@pytest.mark.criterion("2.4-arguments")
+def test_the_callers_costs_are_left_as_they_were():
+    costs = [3.0, 1.0, 2.0, 5.0, 0.5]
+    sizes = balance_stages(costs, 3)
+    assert costs == [3.0, 1.0, 2.0, 5.0, 0.5], f"contract (Args): balance_stages changed the caller's costs to {costs}"
+    assert sizes is not costs and isinstance(sizes, list), "contract (Returns): a new list"
