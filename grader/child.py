@@ -36,6 +36,7 @@ import importlib.util
 import io
 import os
 import random
+import re
 import resource
 import signal
 import socket
@@ -57,8 +58,15 @@ from grader.protocol import Kind
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+# Per-mount flags of /proc/self/mountinfo kept when a mount is made read-only (dropping a
+# flag the mount already has would be refused, and would loosen it).
+MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024, "nodiratime": 2048,
+               "relatime": 1 << 21}
+# The child's writable temp folders inside its jail, besides its private working folder.
+JAIL_TEMP_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 # What a child must not change in the grader's own code (checked after observe: a child that
 # monkeypatches them has its observation voided, whatever the judge would say).
@@ -100,6 +108,9 @@ class Job:
     private_temp: tuple = ()
     environment: dict = field(default_factory=dict)
     started_path: str = ""
+    jail: tuple = ()
+    jail_root: str = ""
+    scratch_bytes: int = 0
 
 
 def ping() -> None:
@@ -268,9 +279,99 @@ def private_network() -> None:
         fcntl.ioctl(handle, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
 
 
+def _mount_points() -> list[tuple[str, int]]:
+    """``(mount point, per-mount flags)`` of every mount this process sees, parents first."""
+    found = []
+    with open("/proc/self/mountinfo", "rb") as mountinfo:
+        for line in mountinfo:
+            fields = line.split()
+            point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), fields[4]).decode("utf-8", "surrogateescape")
+            found.append((point, sum(MOUNT_FLAGS.get(option, 0) for option in fields[5].decode().split(","))))
+    return found
+
+
+def _make_path(root: str, path: str, make_last: bool = True) -> str:
+    """Create ``path`` inside ``root`` as the machine has it (folders as empty folders,
+    symbolic links as the same links) and return the real path it resolves to. Only what
+    is missing inside ``root`` is created, so nothing is ever written through a bound folder."""
+    parts, resolved, links = [p for p in path.split("/") if p], "/", 0
+    while parts:
+        part = parts.pop(0)
+        real = os.path.join(resolved, part)
+        inside = root + real
+        if os.path.islink(real):
+            links += 1
+            if links > 40:
+                raise OSError(f"too many symbolic links in {path}")
+            target = os.readlink(real)
+            if not os.path.lexists(inside):
+                os.symlink(target, inside)
+            parts = [p for p in os.path.normpath(os.path.join(resolved, target)).split("/") if p] + parts
+            resolved = "/"
+            continue
+        if not os.path.lexists(inside) and (parts or make_last):
+            os.mkdir(inside, 0o755)
+        resolved = real
+    return resolved
+
+
+def _bind_all(root: str, paths: list[str], bound: list[str]) -> list[str]:
+    """Bind each of ``paths`` (parents first, by the real paths they resolve to) at the same place inside ``root``,
+    skipping those already visible through an earlier bind; returns the bound real paths."""
+    libc = _libc()
+    for path in sorted((p for p in paths if os.path.exists(p)), key=os.path.realpath):  # /usr before /bin -> usr/bin
+        real = _make_path(root, path)
+        if any(real == b or real.startswith(b + os.sep) for b in bound):
+            continue
+        _check(libc.mount(real.encode(), (root + real).encode(), None, MS_BIND | MS_REC, None), f"bind {real}")
+        bound = [*bound, real]
+    return bound
+
+
+def enter_jail(job: "Job") -> None:
+    """This child's own root (needs root, in its private mount namespace): an empty tmpfs
+    with, read-only, the folders of ``job.jail`` (the system's programs and libraries,
+    Python and torch) and the disposable tree; ``/dev``, ``/sys`` and a ``/proc`` that shows
+    only this user's processes; and, writable, size-bounded tmpfs of its own for the
+    working folder and the temp folders. Then every mount of the jail but those is made
+    read-only (the rule: nothing writable outside the child's scratch), and the child
+    changes root into it. What it wrote is gone with it; no other submission, no class
+    folder and no other process's command line or environment is visible."""
+    libc, root = _libc(), job.jail_root
+    _check(libc.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m"), "tmpfs jail")
+    scratch = b"size=%d" % max(job.scratch_bytes, 1 << 20)
+    visible = sorted({*job.jail, job.tree, "/dev", "/sys"})
+    in_temp = [p for p in visible if any(p == t or p.startswith(t + os.sep) for t in JAIL_TEMP_FOLDERS)]
+    bound = _bind_all(root, [p for p in visible if p not in in_temp], [])
+    writable = []
+    for folder in JAIL_TEMP_FOLDERS:  # over whatever the binds brought there (the machine's /dev/shm)
+        _make_path(root, folder)
+        _check(libc.mount(b"tmpfs", (root + folder).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777," + scratch), folder)
+        writable.append(root + folder)
+    _bind_all(root, in_temp, bound)  # the tree (and Python, if it lives in /tmp) inside the private /tmp
+    os.makedirs(root + "/proc", exist_ok=True)
+    _check(libc.mount(b"proc", (root + "/proc").encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=2"), "proc")
+    _make_path(root, job.workdir)
+    owner = b"mode=0700,uid=%d,gid=%d," % (job.uid if job.uid is not None else os.getuid(), job.gid if job.gid is not None else os.getgid())
+    _check(libc.mount(b"tmpfs", (root + job.workdir).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, owner + scratch), "scratch")
+    writable.append(root + job.workdir)
+    if libc.mount(b"mqueue", (root + "/dev/mqueue").encode(), b"mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0:
+        writable.append(root + "/dev/mqueue")  # this IPC namespace's own message queues
+    for point, flags in _mount_points():
+        if (point == root or point.startswith(root + os.sep)) and point not in writable:
+            _check(libc.mount(None, point.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | flags, None), f"read-only {point}")
+    os.chroot(root)
+    os.chdir("/")
+
+
 def _isolate(job: "Job") -> None:
-    """Mounts and network, as root, before dropping privileges."""
-    isolate_files(job.expose, job.hide, job.private_temp, job.file_bytes * 4)
+    """Namespaces, mounts and network, as root, before dropping privileges."""
+    if job.jail:
+        _check(_libc().unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(CLONE_NEWNS | CLONE_NEWIPC)")
+        _check(_libc().mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+        enter_jail(job)
+    else:
+        isolate_files(job.expose, job.hide, job.private_temp, job.file_bytes * 4)
     if job.private_network:
         private_network()
 
@@ -289,6 +390,8 @@ def probe(job: "Job") -> None:
             if entry and os.path.isdir(entry):
                 os.listdir(entry)
         os.stat(sys.executable)
+        os.listdir(os.path.dirname(torch.__file__))
+        importlib.import_module("email.mime.text")  # a standard module nobody imported yet
     except BaseException as error:  # noqa: BLE001 - any failure means: do not drop privileges
         os.write(2, f"{type(error).__name__}: {error}\n".encode())
         os._exit(1)

@@ -41,6 +41,11 @@ OUTPUT_TAIL_BYTES = 64 * 1024
 STARTUP_TIMEOUT = 180.0
 PROCESS_PREFIX = "grader-"
 SHARED_TEMP_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
+# A jailed child's working folder and each temp folder hold at most this many times the output
+# limit (a tmpfs of that size: a child that fills them fills only its own).
+SCRATCH_PER_OUTPUT = 4
+# Folders of the system's programs, libraries and configuration a jailed child sees (read-only).
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 CHILD_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Variables of the grader's environment that children (and the forkserver they are forked
 # from) keep: how to find libraries and devices and how many threads to use, never a secret.
@@ -156,6 +161,37 @@ def _python_folders() -> list[Path]:
     return sorted({Path(os.path.realpath(e)) for e in entries if e and os.path.isdir(e)})
 
 
+def jail_plan() -> tuple[str, ...]:
+    """What a jailed child sees besides its tree, /dev, /sys and its own /proc: the system
+    folders, Python's installation (its prefixes and site-packages, wherever they live) and
+    the folders of the libraries this process has loaded (torch's, CUDA's). Never the
+    grader's repository beyond a virtual environment inside it, never a folder on sys.path
+    that is neither (the folder a TA started the grader in, a class folder)."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)}
+    candidates = {*SYSTEM_FOLDERS, *prefixes, os.path.dirname(sys.executable)}
+    candidates |= {e for e in sys.path if os.path.basename(e.rstrip("/")) in ("site-packages", "dist-packages")}
+    candidates |= _loaded_library_folders()
+    repository = os.path.realpath(REPOSITORY)
+
+    def allowed(path: str) -> bool:
+        real = os.path.realpath(path)
+        inside = real == repository or real.startswith(repository + os.sep)
+        return os.path.exists(path) and (not inside or any(real == e or real.startswith(e + os.sep) for e in prefixes))
+
+    return tuple(sorted(p for p in candidates if allowed(p)))
+
+
+def _loaded_library_folders() -> set[str]:
+    """Folders of the shared libraries mapped into this process."""
+    folders = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split(maxsplit=5)[5].strip() if len(line.split(maxsplit=5)) == 6 else ""
+            if path.startswith("/") and ".so" in os.path.basename(path) and not path.startswith(("/dev/", "/proc/")):
+                folders.add(os.path.dirname(path))
+    return folders
+
+
 def exposure_plan() -> tuple | None:
     """How to let an unprivileged user reach Python's files (see child.isolate_files).
 
@@ -243,6 +279,7 @@ class Harness:
         self.hide: tuple = ()
         self.private_temp: tuple = ()
         self.private_network = False
+        self.jail: tuple = ()
         self.notes: list[str] = []
         self.defences: dict[str, str] = {}
         self.swept = 0
@@ -259,6 +296,7 @@ class Harness:
         self.tree = self.base / "tree"
         self.results = self.base / "results"
         self.results.mkdir(mode=0o700)
+        (self.base / "jail").mkdir(mode=0o700)  # each jailed child's root, in its own mount namespace
         self._build_tree()
         self.process_base = _tasks_of(self.user[0] if self.user else os.getuid())
         self.was_subreaper = _set_subreaper(True)
@@ -326,8 +364,17 @@ class Harness:
         return None
 
     def _settle_user(self) -> None:
-        """Keep the unprivileged user only if, as that user, a child can still read Python;
-        then hide the grader's files and cut the network where this machine allows it."""
+        """Jail the children (see child.enter_jail) where this machine allows it; else keep
+        the unprivileged user only if, as that user, a child can still read Python, and hide
+        the grader's files as far as mount namespaces allow. Then cut the network."""
+        jail = jail_plan()
+        reason = self._probe(jail=jail)
+        if reason is None:
+            self.jail = jail
+            if self._probe(jail=jail, private_network=True) is None:
+                self.private_network = True
+            return
+        self.notes.append(f"children are not jailed (they see the machine's files): {reason}")
         plan = exposure_plan()
         reason = "a folder holding Python's files is closed to it" if plan is None else self._probe(expose=plan)
         if reason is not None:
@@ -384,8 +431,8 @@ class Harness:
             os.chown(folder, *self.user)
         return folder
 
-    def _job(self, criterion: Criterion | None, seed: int, params: dict, output: str = "",
-             expose: tuple = (), hide: tuple = (), private_network: bool = False, private_temp: tuple = ()) -> child.Job:
+    def _job(self, criterion: Criterion | None, seed: int, params: dict, output: str = "", expose: tuple = (),
+             hide: tuple = (), private_network: bool = False, private_temp: tuple = (), jail: tuple = ()) -> child.Job:
         self.count += 1
         workdir = self._private_folder()
         return child.Job(
@@ -399,12 +446,13 @@ class Harness:
             uid=self.user[0] if self.user else None, gid=self.user[1] if self.user else None, expose=expose,
             hide=hide, private_network=private_network, environment=child_environment(),
             private_temp=tuple((folder, tuple(kept) + _below(folder, self.tree, workdir)) for folder, kept in private_temp),
+            jail=jail, jail_root=str(self.base / "jail"), scratch_bytes=int(self.settings.output_limit_mb * 1024 * 1024) * SCRATCH_PER_OUTPUT,
         )
 
     def run(self, criterion: Criterion, seed: int, timeout: float) -> Outcome:
         """Run ``criterion``'s observe function in a child; never raises for the child's sake."""
         job = self._job(criterion, seed, dict(criterion.params), expose=self.expose, hide=self.hide,
-                        private_network=self.private_network, private_temp=self.private_temp)
+                        private_network=self.private_network, private_temp=self.private_temp, jail=self.jail)
         for path in (job.output_path, job.result_path, job.started_path):  # never read what an earlier child left there
             Path(path).unlink(missing_ok=True)
         before = _own_children()
