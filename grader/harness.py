@@ -24,6 +24,7 @@ import stat
 import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass
 from multiprocessing import forkserver, spawn
 from pathlib import Path
@@ -32,8 +33,8 @@ import torch
 
 from grader import child
 from grader.layout import PROVIDED_FOLDER, REPOSITORY, SOLUTION_MARKER, STUDENT_FILES
-from grader.processes import SlotError, kill_group, lease_uid, processes_of, return_uid
-from grader.protocol import Kind, check_envelope
+from grader.processes import SlotError, kill_group, lease_uid, processes_of, remove_tree, return_uid
+from grader.protocol import MAX_RESULT_DEPTH, MAX_RESULT_NODES, Kind, TooLarge, check_envelope, check_pickle
 from grader.rubric import Criterion, Settings
 from grader.submission import Submission
 
@@ -71,6 +72,32 @@ class Outcome:
     output: str
     output_bytes: int
     orphans: int = 0
+    first_signal: str | None = None  # the run was repeated: its first child was killed by this signal
+    out_of_memory: bool = False  # the kernel's out-of-memory killer ran while the child did
+
+
+def foreign_signal(outcome: Outcome) -> str | None:
+    """The name of the signal that ended ``outcome``'s child when the grader did not send it
+    (not a timeout, not the file-size limit), else None."""
+    code = outcome.exitcode
+    if outcome.kind != Kind.EXITED or code is None or code >= 0 or code == -signal.SIGXFSZ:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _oom_kills() -> int:
+    """How many processes the kernel's out-of-memory killer has killed since boot."""
+    try:
+        with open("/proc/vmstat") as vmstat:
+            for line in vmstat:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def format_bytes(count: int) -> str:
@@ -312,7 +339,7 @@ class Harness:
         if self.was_subreaper is not None:
             _set_subreaper(self.was_subreaper)
         if self.base is not None:
-            shutil.rmtree(self.base, ignore_errors=True)
+            remove_tree(self.base)  # iterative: a child's tree thousands of folders deep included
 
     def _build_tree(self) -> None:
         """The provided modules from the grader's copy plus only the submitted student files."""
@@ -413,9 +440,19 @@ class Harness:
         )
         self.defences = {
             "children_user": user,
-            "grader_files": "hidden from children" if self.hide else "readable by children (needs root and mount namespaces)",
+            "files": (
+                "a jail: only the system's and Python's folders and the child's own tree, read-only" if self.jail
+                else "the grader's files hidden, the rest of the machine readable" if self.hide
+                else "the machine's files readable by children (a jail needs root and mount namespaces)"
+            ),
+            "writable": (
+                "only the child's own working and temp folders, size-bounded, gone with it" if self.jail
+                else "private temp folders; any other world-writable folder shared" if self.private_temp
+                else "whatever the children's user may write (needs root and mount namespaces)"
+            ),
+            "processes_visible": "only the child's own (a /proc with hidepid)" if self.jail else "all of the machine's",
+            "ipc": "a namespace of each child's own (shared memory, semaphores, message queues)" if self.jail else "shared",
             "network": "none (a private loopback only)" if self.private_network else "open (needs root and network namespaces)",
-            "temp_folders": "private to each child, gone with it" if self.private_temp else "shared (needs root and mount namespaces)",
             "orphans": (
                 "every process of the children's own uid killed after each criterion" if self.leased is not None and self.user
                 else "killed after each criterion (the grader is their subreaper)" if self.was_subreaper is not None else "not collected"
@@ -450,13 +487,28 @@ class Harness:
         )
 
     def run(self, criterion: Criterion, seed: int, timeout: float) -> Outcome:
-        """Run ``criterion``'s observe function in a child; never raises for the child's sake."""
+        """Run ``criterion``'s observe function in a child; never raises for the child's sake.
+
+        A child killed by a signal the grader did not send (its own kills are the timeout's;
+        its file-size limit is a flood) may have been killed by something outside it: the
+        kernel's out-of-memory killer under another program's pressure, an administrator, a
+        program that kills by uid. Such a criterion runs once more; the outcome says both."""
+        outcome = self._run_once(criterion, seed, timeout)
+        if foreign_signal(outcome) is None:
+            return outcome
+        first = outcome
+        outcome = self._run_once(criterion, seed, timeout)
+        outcome.first_signal = foreign_signal(first)
+        outcome.out_of_memory = outcome.out_of_memory or first.out_of_memory
+        return outcome
+
+    def _run_once(self, criterion: Criterion, seed: int, timeout: float) -> Outcome:
         job = self._job(criterion, seed, dict(criterion.params), expose=self.expose, hide=self.hide,
                         private_network=self.private_network, private_temp=self.private_temp, jail=self.jail)
         for path in (job.output_path, job.result_path, job.started_path):  # never read what an earlier child left there
             Path(path).unlink(missing_ok=True)
         before = _own_children()
-        started = time.perf_counter()
+        started, oom_kills = time.perf_counter(), _oom_kills()
         process = self.context.Process(target=child.main, args=(job,), name=PROCESS_PREFIX + criterion.id)
         process.start()
         try:
@@ -476,6 +528,7 @@ class Harness:
         seconds = time.perf_counter() - started
         outcome = self._outcome(process, job, timed_out, seconds)
         outcome.orphans = orphans
+        outcome.out_of_memory = _oom_kills() > oom_kills
         return outcome
 
     def _on_leased_uid(self) -> tuple[set[int], set[int]]:
@@ -707,7 +760,9 @@ def _tail(path: Path) -> tuple[str, int]:
 
 def _read_result(path: Path, limit: int):
     """The child's envelope, or None when there is none; a dict saying ``garbage`` when it
-    cannot be read safely."""
+    cannot be read safely: more than ``limit`` bytes, not a ``torch.save`` file, or one
+    whose objects (shared references counted again), nesting or tensors pass the bounds
+    (checked on its opcodes before any object is built, then on what was built)."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
@@ -716,6 +771,34 @@ def _read_result(path: Path, limit: int):
     if not data:
         return None
     try:
-        return torch.load(io.BytesIO(data), weights_only=True)
+        if len(data) > limit:
+            raise TooLarge(f"it is larger than {format_bytes(limit)}")
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            pickles = [info for info in archive.infolist() if info.filename.rsplit("/", 1)[-1] == "data.pkl"]
+            if len(pickles) != 1 or sum(info.file_size for info in archive.infolist()) > limit:
+                raise ValueError("not one torch.save record of a bounded size")
+            check_pickle(archive.read(pickles[0]))
+        value = torch.load(io.BytesIO(data), weights_only=True)
+        _check_loaded(value)
+    except TooLarge as error:
+        return {"kind": Kind.GARBAGE.value, "message": f"its report is too large to read ({error})"}
     except Exception as error:  # noqa: BLE001 - anything unreadable is the child's garbage
         return {"kind": Kind.GARBAGE.value, "message": f"unreadable report ({type(error).__name__})"}
+    return value
+
+
+def _check_loaded(value) -> None:
+    """TooLarge unless ``value``, walked as a tree, stays within the bounds and its tensors
+    own the memory they describe (no stride-0 view of a few bytes posing as gigabytes)."""
+    stack, count = [(value, 0)], 0
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if count > MAX_RESULT_NODES or depth > MAX_RESULT_DEPTH:
+            raise TooLarge("it unfolds into too many objects or nests too deep (shared or circular references)")
+        if isinstance(item, dict):
+            stack.extend((entry, depth + 1) for entry in item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((entry, depth + 1) for entry in item)
+        elif isinstance(item, torch.Tensor) and item.numel() * item.element_size() > item.untyped_storage().nbytes():
+            raise TooLarge(f"a tensor of shape {tuple(item.shape)} describes more memory than it holds")
