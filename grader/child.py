@@ -28,7 +28,6 @@ descriptors, never the student's ``sys.stdout``.
 """
 from __future__ import annotations
 
-import builtins
 import ctypes
 import fcntl
 import importlib
@@ -43,7 +42,6 @@ import socket
 import struct
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -51,6 +49,7 @@ from typing import Any
 
 import torch
 
+from grader import checks as toolkit
 from grader.checks import Fail
 from grader.processes import processes_of
 from grader.protocol import Kind
@@ -68,16 +67,10 @@ MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noa
 # The child's writable temp folders inside its jail, besides its private working folder.
 JAIL_TEMP_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-# What a child must not change in the grader's own code (checked after observe: a child that
-# monkeypatches them has its observation voided, whatever the judge would say).
-WATCHED_TORCH = ("allclose", "isclose", "equal", "testing.assert_close", "save", "load")
-# Namespaces whose every attribute the checks may rely on: the tensor methods they observe
-# (.to, .clone, ...), the clocks and thread names of the timing and call-order checks.
-WATCHED_NAMESPACES = (("torch.Tensor", torch.Tensor), ("time", time))
-WATCHED_THREADING = ("current_thread", "get_ident", "Thread", "Lock", "Event")
-# Provided modules the checks rely on (their attributes and their classes' attributes):
-# imported from the tree before the student's code runs, so a replacement shows.
-WATCHED_PROVIDED = ("minitorch.runtime", "minitorch.schedules", "minitorch.distributed")
+# Provided modules the checks rely on (their attributes, their classes' attributes and what
+# their containers hold): imported from the tree before the student's code runs, so a
+# replacement shows (see grader.checks.identities).
+WATCHED_PROVIDED = ("minitorch", "minitorch.runtime", "minitorch.schedules", "minitorch.distributed")
 RESERVED_DESCRIPTORS = 16  # kept open while the student's code runs, closed for reporting
 _write = os.write  # the child's own, whatever the student's code does to os.write
 
@@ -541,7 +534,7 @@ def main(job: Job) -> None:
         reporter = _Reporter(result_fd, streams)
         torch.manual_seed(job.seed)
         random.seed(job.seed)
-        before = _snapshot(watched)
+        before = toolkit.identities(watched)
     except BaseException as error:
         failure = {"kind": Kind.GRADER_ERROR.value, "message": "".join(traceback.format_exception(error))}
         (reporter or _Reporter(result_fd, streams)).write(failure)
@@ -550,7 +543,9 @@ def main(job: Job) -> None:
     os.close(started_fd)
     try:
         envelope = _observe(observe, job, reporter)
-        changed = _changed(before, watched)
+        changed = toolkit.changed(before, toolkit.identities(watched))
+        if envelope.get("tampered"):  # a rank's own check (see grader.checks.in_every_rank)
+            changed = [*envelope["tampered"], *changed]
         if changed:
             envelope["tampered"] = changed[:20]
     except BaseException as error:  # noqa: BLE001 - e.g. a RecursionError the student's data caused
@@ -559,59 +554,21 @@ def main(job: Job) -> None:
     os._exit(0)
 
 
-def _lookup(root, path: str):
-    for name in path.split("."):
-        root = getattr(root, name, None)
-    return root
-
-
 def _watched_modules() -> dict[str, Any]:
     """The grader's modules (taken out of ``sys.modules``, so the student's code cannot look
     the hidden checks up there; the child keeps them here) and the provided modules the
-    checks rely on (imported now, from the tree). A check module that imports lazily must
-    therefore import what it needs at its top."""
+    checks rely on (imported now, from the tree, and handed to the checks' toolkit: see
+    :func:`grader.checks.provided`). From now on every write to a module of
+    :data:`grader.checks.RECORDED_MODULES` or a provided one is recorded. A check module
+    that imports lazily must therefore import what it needs at its top."""
     grader = {name: module for name, module in sys.modules.items() if name == "grader" or name.startswith("grader.")}
     for name in grader:
         del sys.modules[name]
     provided = {name: importlib.import_module(name) for name in WATCHED_PROVIDED}
+    toolkit._PROVIDED.update(provided)
+    toolkit._WATCHED.update({**grader, **provided})
+    toolkit.record_writes([*map(importlib.import_module, toolkit.RECORDED_MODULES), *provided.values()])
     return {**grader, **provided}
-
-
-def _namespace_ids(prefix: str, namespace, seen: dict[str, int]) -> None:
-    """Every attribute of a module, or of a class as its instances see it (through its bases:
-    ``torch.Tensor.to = ...`` shadows ``TensorBase.to``, which is what the checks call)."""
-    found: dict[str, Any] = {}
-    for scope in reversed(namespace.__mro__) if isinstance(namespace, type) else (namespace,):
-        found.update(vars(scope))
-    for attribute, value in found.items():
-        seen[f"{prefix}.{attribute}"] = id(value)
-
-
-def _snapshot(watched: dict[str, Any]) -> dict[str, int]:
-    """Identities of what the grader relies on in the child: the grader's modules and the
-    provided modules the checks use (their attributes, and those of the classes they
-    define), torch's comparison functions, the tensor methods, the clocks, the threading
-    functions that name threads, and the builtins."""
-    seen: dict[str, int] = {}
-    for name, module in watched.items():
-        _namespace_ids(name, module, seen)
-        for attribute, value in list(vars(module).items()):
-            if isinstance(value, type) and value.__module__ == name:
-                _namespace_ids(f"{name}.{attribute}", value, seen)
-    for path in WATCHED_TORCH:
-        seen[f"torch.{path}"] = id(_lookup(torch, path))
-    for prefix, namespace in WATCHED_NAMESPACES:
-        _namespace_ids(prefix, namespace, seen)
-    for name in WATCHED_THREADING:
-        seen[f"threading.{name}"] = id(getattr(threading, name, None))
-    _namespace_ids("builtins", builtins, seen)
-    return seen
-
-
-def _changed(before: dict[str, int], watched: dict[str, Any]) -> list[str]:
-    """What the student's code replaced since :func:`_snapshot` (ids of live objects)."""
-    now = _snapshot(watched)
-    return sorted(name for name, identity in before.items() if now.get(name) != identity)
 
 
 def _observe(observe, job: Job, reporter: _Reporter) -> dict[str, object]:
@@ -620,7 +577,9 @@ def _observe(observe, job: Job, reporter: _Reporter) -> dict[str, object]:
         observation = observe(job.seed, dict(job.params))
     except Fail as failure:
         reporter.release()
-        return {"kind": Kind.FAIL.value, "message": str(failure)}
+        tampered = failure.details.get("tampered") if type(failure.details) is dict else None
+        envelope = {"kind": Kind.FAIL.value, "message": str(failure)}
+        return {**envelope, "tampered": [str(name) for name in tampered]} if tampered else envelope
     except BaseException as error:  # the student's code raised (SystemExit included)
         reporter.release()
         return _exception_envelope(error, job)

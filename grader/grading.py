@@ -12,7 +12,6 @@ import importlib
 import os
 import platform
 import secrets
-import signal
 import time
 import traceback
 from collections.abc import Callable
