@@ -310,9 +310,46 @@ class _RecordedModule(types.ModuleType):
         super().__delattr__(name)
 
 
+def _by_provided_code() -> bool:
+    """Whether the code changing a watched list (two frames up) is the grader's or a provided
+    module's (``minitorch.runtime.observe`` adding the grader's callback)."""
+    filename = sys._getframe(2).f_code.co_filename
+    provided_files = {getattr(module, "__file__", None) for module in _PROVIDED.values()}
+    return filename.startswith(GRADER_FOLDER + os.sep) or filename in provided_files
+
+
+def _recording(method: str):
+    def recorded(self, *args, **kwargs):
+        if not _by_provided_code():
+            WRITES.append(f"{self.name} (changed by {method})")
+        return getattr(list, method)(self, *args, **kwargs)
+
+    recorded.__name__ = method
+    return recorded
+
+
+class _RecordedList(list):
+    """A provided module's list (the runtime's observers) while the student's code runs: every
+    change made from outside the grader and the provided modules is recorded, even if undone."""
+
+    name = "list"
+    for _method in ("__setitem__", "__delitem__", "__iadd__", "append", "extend", "insert", "remove", "pop",
+                    "clear", "sort", "reverse"):
+        locals()[_method] = _recording(_method)
+    del _method
+
+
 def record_writes(modules: list[types.ModuleType]) -> None:
-    """Record every write to these modules from now on (in this process and those it forks)."""
+    """Record every write to these modules from now on (in this process and those it forks),
+    and every change to the lists the provided ones hold (each replaced by a
+    :class:`_RecordedList` with the same items, before anything looked at it)."""
     for module in modules:
+        if module in _PROVIDED.values():
+            for attribute, value in list(vars(module).items()):
+                if type(value) is list:
+                    recorded = _RecordedList(value)
+                    recorded.name = f"{module.__name__}.{attribute}"
+                    vars(module)[attribute] = recorded
         if type(module) is types.ModuleType:
             module.__class__ = _RecordedModule
 
