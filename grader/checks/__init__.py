@@ -283,12 +283,15 @@ def changed(before: dict[str, object], now: dict[str, object]) -> list[str]:
 
 
 GRADER_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Code whose writes to watched modules are not the student's: the grader's own (a check that
+# makes torch.utils.checkpoint refuse while the student's code runs) and torch's (importing
+# torch._dynamo wraps torch.manual_seed). Set by record_writes.
+_TRUSTED_FOLDERS: tuple[str, ...] = (GRADER_FOLDER + os.sep,)
 
 
 def _by_grader() -> bool:
-    """Whether the code writing a watched module's attribute (two frames up) is the grader's
-    own (a check that makes ``torch.manual_seed`` refuse while the student's code runs)."""
-    return sys._getframe(2).f_code.co_filename.startswith(GRADER_FOLDER + os.sep)
+    """Whether the code writing a watched module's attribute (two frames up) is trusted code."""
+    return sys._getframe(2).f_code.co_filename.startswith(_TRUSTED_FOLDERS)
 
 
 class _RecordedModule(types.ModuleType):
@@ -315,7 +318,7 @@ def _by_provided_code() -> bool:
     module's (``minitorch.runtime.observe`` adding the grader's callback)."""
     filename = sys._getframe(2).f_code.co_filename
     provided_files = {getattr(module, "__file__", None) for module in _PROVIDED.values()}
-    return filename.startswith(GRADER_FOLDER + os.sep) or filename in provided_files
+    return filename.startswith(_TRUSTED_FOLDERS) or filename in provided_files
 
 
 def _recording(method: str):
@@ -343,6 +346,10 @@ def record_writes(modules: list[types.ModuleType]) -> None:
     """Record every write to these modules from now on (in this process and those it forks),
     and every change to the lists the provided ones hold (each replaced by a
     :class:`_RecordedList` with the same items, before anything looked at it)."""
+    global _TRUSTED_FOLDERS
+    import torch
+
+    _TRUSTED_FOLDERS = (GRADER_FOLDER + os.sep, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
     for module in modules:
         if module in _PROVIDED.values():
             for attribute, value in list(vars(module).items()):
