@@ -10,16 +10,19 @@ The child isolates itself before any student code runs, in this order:
    repository root, where the answer key lives), and every ``minitorch*`` module is purged,
    so ``import minitorch.pipeline`` finds the submitted file and nothing else;
 4. resource limits (memory, processes, file size) on top of what the child already uses;
-5. when the grader runs as root: its own view of the file system (the grader's files hidden,
-   private ``/tmp``, ``/var/tmp`` and ``/dev/shm`` that vanish with it), its own network, and
-   then the unprivileged uid the grader leased for its children;
+5. when the grader runs as root: a jail (see :func:`enter_jail`: its own mount and IPC
+   namespaces, a root holding only the system's and Python's folders and its tree, read-only,
+   size-bounded scratch folders of its own, a ``/proc`` showing only its own processes; where
+   the machine does not allow it, the grader's files hidden and private temp folders), its
+   own network, and then the unprivileged uid the grader leased for its children;
 6. a private TMPDIR/HOME/working directory and an environment of only what the harness
    passed (none of the TA's variables);
 7. the grader's modules are taken out of ``sys.modules`` (the student's code cannot look up
-   the hidden checks there), the provided modules the checks rely on are imported, what
+   the hidden checks there), the provided modules the checks rely on are imported and handed
+   to the checks' toolkit, writes to the watched modules start being recorded, what
    reporting needs is made ready (``torch.save`` warmed up, descriptors reserved), and the
-   objects the checks trust are noted (see :func:`_snapshot`); then the marker says
-   "started": any grader error reported after this point is forged.
+   objects the checks trust are noted (see :func:`grader.checks.identities`); then the
+   marker says "started": any grader error reported after this point is forged.
 
 Then ``observe_<name>(seed, params)`` runs and its observation (or what went wrong) is
 written with ``torch.save``; the parent reads it with ``torch.load(weights_only=True)`` and

@@ -8,7 +8,9 @@ process group when the time is up, and turns what came back into an :class:`Outc
 
 As root, a harness leases a uid of its own for its children (:func:`grader.processes.lease_uid`),
 so graders sharing a machine never count, signal or kill each other's processes, and after
-every criterion everything that uid still runs is killed, however it escaped.
+every criterion everything that uid still runs is killed, however it escaped. Its children
+are jailed (:func:`jail_plan` says what they see) where the machine allows it. A child killed
+by a signal the grader did not send runs once more (:meth:`Harness.run`).
 """
 from __future__ import annotations
 
