@@ -47,8 +47,13 @@ $(BENCH_STAMP): $(STAMP) requirements-bench.txt
 bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks.pipeline_speedup
 
+# GNU make reports any failed command as its own exit status 2; the line says the grader's own
+# (1: not full marks with ARGS=--require-full; 2: bad usage or a grader error). Scripts that
+# need it as an exit status run `$(PY) -m grader grade` directly.
 grade: $(STAMP)
-	$(PY) -m grader grade $(SUBMISSION) $(ARGS)
+	@$(PY) -m grader grade $(SUBMISSION) $(ARGS); status=$$?; \
+	case $$status in 0) ;; 1) echo "make grade: the grader exited 1: not full marks" >&2;; \
+	  *) echo "make grade: the grader exited $$status: bad usage or a grader error (see above)" >&2;; esac; exit $$status
 
 handout: $(STAMP)
 	$(PY) -m kit build --out handout
@@ -61,7 +66,7 @@ gradescope: $(STAMP)
 
 # One resolution for every supported Python and platform: environment markers fork it where a
 # package's newest release has dropped Python 3.10, and pip applies them itself.
-LOCK_INPUTS := requirements.txt requirements-bench.txt requirements-dev.txt
+LOCK_INPUTS := requirements.txt requirements-bench.txt requirements-report.txt requirements-dev.txt
 define LOCK_HEADER
 # The tested pins, for Python 3.10-3.13 on Linux, macOS and Windows, written by the course repository's `make lock`
 # (uv pip compile --universal: one resolution, forked by environment markers that pip applies).

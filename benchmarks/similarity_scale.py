@@ -2,7 +2,7 @@
 
 Builds a synthetic class of N students in a temporary folder, as ``batch`` sees one (a
 folder per student with ``pipeline.py`` and ``tensor_parallel.py``), runs the same pass as
-``python -m grader batch`` and checks what it found.
+``python -m course batch`` and checks what it found.
 
 Each student starts from the kit's stubs and fills every solution region with code written
 independently of everyone else's: function bodies of the Python standard library, drawn
@@ -28,7 +28,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from grader import similarity
+from course import similarity
 from grader.submission import STUDENT_FILES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,7 +124,7 @@ def make_class(folder: Path, students: int, copies: int, seed: int) -> tuple[set
 
 
 def measure(students: int, copies: int, seed: int = 0) -> dict:
-    from grader.discovery import discover
+    from course.discovery import discover
 
     with tempfile.TemporaryDirectory() as temporary:
         planted, public = make_class(Path(temporary), students, copies, seed)

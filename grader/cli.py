@@ -1,14 +1,11 @@
-"""``python -m grader COMMAND ...``: the grader's command line, one subcommand per task.
+"""``python -m grader grade ...``: the grader's command line, grading one submission.
 
     python -m grader grade PATH [--json FILE] [--gradescope FILE] [--only ...] ...
-    python -m grader batch FOLDER --csv FILE [--jobs N] [--html FILE] ...
-    python -m grader dashboard REPORTS --html FILE
-    python -m grader slurm write FOLDER --csv FILE --submit ...   (and slurm merge, slurm task)
 
-Each command is a thin layer over a module: ``grade`` over :mod:`grader.grading` (here),
-``batch`` over :mod:`grader.batch`, ``dashboard`` over :mod:`grader.dashboard`, ``slurm`` over
-:mod:`grader.cluster`. A command module provides ``add_arguments(parser)`` and
-``run(args) -> exit status``.
+A command module provides ``add_arguments(parser)`` and ``run(args) -> exit status``; ``grade``
+is a thin layer over :mod:`grader.grading` (here). Running a class (``batch``, ``dashboard``,
+``slurm``) is the course package's command line, ``python -m course``, which uses this one;
+the grader never imports the course, so the Gradescope bundle ships the grading engine alone.
 
 Exit status of ``grade``: 0 when grading ran to completion, whatever the score; 1 with
 ``--require-full`` unless every criterion that is not blocked passed; 2 for bad usage (no
@@ -28,10 +25,9 @@ EXIT_OK, EXIT_NOT_FULL, EXIT_USAGE = 0, 1, 2
 # command -> (module providing add_arguments/run, one-line help)
 COMMANDS = {
     "grade": ("grader.cli", "grade one submission (a folder, a .zip, or a student file)"),
-    "batch": ("grader.batch", "grade a folder of submissions into a gradebook CSV"),
-    "dashboard": ("grader.dashboard", "build the class dashboard (one HTML file) from a batch's reports folder"),
-    "slurm": ("grader.cluster", "grade a folder of submissions on a Slurm cluster (write, merge, task)"),
 }
+# Commands that moved to ``python -m course`` (a TA's notes may still say ``python -m grader batch``).
+CLASS_COMMANDS = ("batch", "dashboard", "slurm")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +62,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] and arguments[0] in CLASS_COMMANDS:
+        print(f"python -m grader {arguments[0]}: running a class is `python -m course {arguments[0]} ...`", file=sys.stderr)
+        return EXIT_USAGE
+    args = parser().parse_args(arguments)
     return importlib.import_module(COMMANDS[args.command][0]).run(args)
 
 

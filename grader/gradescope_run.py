@@ -26,7 +26,7 @@ from grader.layout import DEFAULT_RUBRIC, REPOSITORY, STUDENT_FILES
 from grader.processes import kill_group
 from grader.protocol import write_atomic
 from grader.rubric import gradescope_budget
-from grader.submission import ARCHIVE_SUFFIXES, is_macos_metadata
+from grader.submission import ARCHIVE_SUFFIXES, is_macos_metadata, renamed_student_file
 
 OUTER_MARGIN = 60.0  # seconds after the budget before the grader is killed (it stops itself first)
 LOG_TAIL = 4000
@@ -47,6 +47,7 @@ def survey(submission: Path) -> tuple[dict[str, Path], list[Path], list[Path]]:
     """(student file name -> the shallowest such file, archives, other files) of an upload.
     macOS metadata (``__MACOSX/``, ``._*``) is neither graded nor listed."""
     found: dict[str, Path] = {}
+    renamed: dict[str, list[Path]] = {}  # "pipeline (1).py" and the like, used only without the file itself
     archives, others = [], []
     files = sorted((p for p in submission.rglob("*") if p.is_file() and not p.is_symlink()),
                    key=lambda p: (_depth(p, submission), str(p)))
@@ -55,10 +56,17 @@ def survey(submission: Path) -> tuple[dict[str, Path], list[Path], list[Path]]:
             continue
         if _student_name(path) in STUDENT_FILES and _student_name(path) not in found:
             found[_student_name(path)] = path
+        elif (original := renamed_student_file(_student_name(path))) is not None:
+            renamed.setdefault(original, []).append(path)
         elif path.name.lower().endswith(ARCHIVE_SUFFIXES):
             archives.append(path)
         else:
             others.append(path)
+    for name, copies in renamed.items():
+        if name not in found and len(copies) == 1:
+            found[name] = copies[0]
+        else:
+            others += copies
     return found, archives, others
 
 
@@ -82,7 +90,8 @@ def prepare(submission: Path, scratch: Path) -> tuple[Path, list[str]]:
         return target, notes
     for name, path in found.items():
         shutil.copyfile(path, folder / name)
-    notes = [f"graded {path.relative_to(submission)}" for path in found.values()]
+    notes = [f"graded {path.relative_to(submission)}" + ("" if _student_name(path) == name else f" as {name}")
+             for name, path in found.items()]
     if others or archives:
         notes.append(f"skipped (only {' and '.join(STUDENT_FILES)} are graded): {_listed(others + archives, submission)}")
     if not found:

@@ -15,7 +15,7 @@ DEFAULT_RUBRIC = REPOSITORY / "grader" / "rubric.toml"
 
 STUDENT_FILES = ("pipeline.py", "tensor_parallel.py")
 # Which student file each homework problem (the part before the dot) is written in.
-FILE_OF_PROBLEM = {"2": "pipeline.py", "3": "tensor_parallel.py", "4": "pipeline.py"}
+FILE_OF_PROBLEM = {"2": "pipeline.py", "3": "tensor_parallel.py", "4": "pipeline.py", "5": "pipeline.py"}
 SOLUTION_MARKER = "# BEGIN SOLUTION"
 
 

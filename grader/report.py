@@ -63,8 +63,10 @@ def _group_line(results: list[Result]) -> str:
     return f"{who}: {results[0].status}: {results[0].message}"
 
 
-def summary(report: Report, rubric: Rubric) -> str:
-    """The table per problem and the total, then every failure message."""
+def summary(report: Report, rubric: Rubric, blocked_apart: bool = False) -> str:
+    """The table per problem and the total, then every failure message. With
+    ``blocked_apart`` (Gradescope, whose score leaves blocked criteria out), the total is out
+    of the points graded here, as the score the student sees next to it."""
     problems: dict[str, list[Result]] = {}
     for result in report.results:
         problems.setdefault(result.problem, []).append(result)
@@ -76,8 +78,12 @@ def summary(report: Report, rubric: Rubric) -> str:
         blocked = [r for r in results if r.status == Status.BLOCKED]
         note = f"  blocked: {blocked[0].message}" if blocked else ""
         lines.append(f"{problem:<8}{rubric.title_of(problem):<{width + 2}}{_points(earned):>5}/{_points(points):<4}{note}")
-    total = f"{_points(report.score):>5}/{_points(report.max_score):<4}"
-    blocked_note = f"  ({points_phrase(report.blocked_points)} blocked: hardware missing)" if report.blocked_points else ""
+    if blocked_apart and report.blocked_points:
+        total = f"{_points(report.score):>5}/{_points(report.max_score - report.blocked_points):<4}"
+        blocked_note = f"  (and {points_phrase(report.blocked_points)} graded separately on GPUs, not in this total)"
+    else:
+        total = f"{_points(report.score):>5}/{_points(report.max_score):<4}"
+        blocked_note = f"  ({points_phrase(report.blocked_points)} blocked: hardware missing)" if report.blocked_points else ""
     lines.append(f"{'Total':<{width + 10}}{total}{blocked_note}")
     if not report.complete:
         lines.append(f"(incomplete: {len(report.results)} of {report.planned} criteria graded)")
@@ -140,7 +146,7 @@ def gradescope(report: Report, rubric: Rubric, seconds: float) -> dict:
     return {
         "score": sum(test["score"] for test in tests),
         "execution_time": int(round(seconds)),
-        "output": "\n\n".join([*notes, summary(report, rubric).strip()]),
+        "output": "\n\n".join([*notes, summary(report, rubric, blocked_apart=True).strip()]),
         "tests": tests,
     }
 

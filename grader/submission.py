@@ -17,6 +17,7 @@ import hashlib
 import io
 import lzma
 import os
+import re
 import stat
 import tarfile
 import zipfile
@@ -39,6 +40,31 @@ MAX_UNPACKED_BYTES = 200_000_000  # a .tar.gz is read as a stream: no more than 
 # Folders above a student file in an archive: hw5/minitorch/pipeline.py is 2, a download of a
 # repository inside a folder named after the student ("Alice - HW5/hw5-main/minitorch/") is 3.
 MAX_DEPTH = 4
+
+
+# What browsers and file managers make of a student file downloaded or copied again:
+# "pipeline (1).py", "pipeline-2.py", "Copy of pipeline.py".
+BROWSER_RENAME = re.compile(r"^(?:(?i:copy of) )?(?P<stem>.+?)(?: \(\d+\)|-\d+)?(?P<suffix>\.py)$")
+
+
+def renamed_student_file(name: str) -> str | None:
+    """The student file that ``name`` is a browser's rename of (``pipeline (1).py`` ->
+    ``pipeline.py``), or None (the exact name itself is not a rename)."""
+    match = BROWSER_RENAME.match(name)
+    original = match["stem"] + match["suffix"] if match else None
+    return original if original in STUDENT_FILES and original != name else None
+
+
+def _renames(names: list[str], student_file: str, where: str) -> tuple[str | None, str | None]:
+    """``(the one renamed copy of student_file among names, a note)``; with several copies,
+    none is taken (which one did the student mean?) and the note says so."""
+    renamed = sorted(n for n in names if renamed_student_file(PurePosixPath(n.replace("\\", "/")).name) == student_file)
+    if len(renamed) == 1:
+        return renamed[0], f"{student_file} from {renamed[0]}{where} (a browser's rename of {student_file})"
+    if renamed:
+        return None, (f"{student_file} not graded: {where.strip() or 'the submission'} holds several renamed copies "
+                      f"({', '.join(renamed)}) and no {student_file}; keep one, named {student_file}")
+    return None, None
 
 
 class SubmissionNotFound(Exception):
@@ -86,17 +112,30 @@ def _read_regular_file(path: Path) -> bytes:
         return handle.read(MAX_FILE_BYTES + 1)[:MAX_FILE_BYTES]
 
 
+def _renamed_in_folder(folder: Path, name: str, submission: Submission) -> list[Path]:
+    """The one browser-renamed ``name`` in the folder (or its minitorch/), when there is no ``name``."""
+    for place in (folder, folder / "minitorch"):
+        found, note = _renames(sorted(p.name for p in place.glob("*.py")) if place.is_dir() else [], name, "")
+        if note is not None:
+            submission.notes.append(note if found is None else note.replace(f" from {found}", f" from {(place / found).relative_to(folder)}"))
+        if found is not None or note is not None:
+            return [place / found] if found is not None else []
+    return []
+
+
 def _from_folder(folder: Path) -> Submission:
     submission = Submission(str(folder))
     for name in STUDENT_FILES:
-        for candidate in (folder / name, folder / "minitorch" / name):
+        exact = [c for c in (folder / name, folder / "minitorch" / name) if os.path.lexists(c)]
+        for candidate in exact or _renamed_in_folder(folder, name, submission):
             if os.path.lexists(candidate):
                 try:
                     submission.files[name] = _read_regular_file(candidate)
                 except (OSError, ValueError) as error:
                     submission.problem = f"cannot read {candidate}: {error}"
                     return submission
-                submission.notes.append(f"{name} from {candidate.relative_to(folder)}")
+                if candidate.name == name:
+                    submission.notes.append(f"{name} from {candidate.relative_to(folder)}")
                 break
     submission.ignored = _other_files(folder)
     return submission
@@ -115,7 +154,7 @@ def _other_files(folder: Path, limit: int = 200) -> list[str]:
     for root, folders, files in os.walk(folder):
         folders[:] = sorted(f for f in folders if f not in ("__pycache__", ".git"))
         for name in sorted(files):
-            if name in STUDENT_FILES or name in PROVIDED_NAMES or not name.endswith(CODE_SUFFIXES):
+            if name in STUDENT_FILES or renamed_student_file(name) or name in PROVIDED_NAMES or not name.endswith(CODE_SUFFIXES):
                 continue
             if len(found) < limit:
                 found.append(str((Path(root) / name).relative_to(folder)))
@@ -166,11 +205,18 @@ def _choose(members: list[_Member], name: str) -> _Member | None:
     return found[0]
 
 
-def _choose_all(members: list[_Member]) -> dict[str, _Member]:
-    """Student file name -> the entry graded as that file (see :func:`_choose`)."""
+def _choose_all(members: list[_Member], notes: list[str] | None = None) -> dict[str, _Member]:
+    """Student file name -> the entry graded as that file (see :func:`_choose`); without the
+    file itself, its one browser-renamed copy (a note in ``notes`` either way)."""
     chosen = {}
     for name in STUDENT_FILES:
         member = _choose(members, name)
+        if member is None:
+            named = [m.name for m in members if m.kind == "file" and not is_macos_metadata(m.name)]
+            found, note = _renames(named, name, " in the archive")
+            member = next((m for m in members if m.name == found), None)
+            if note is not None and notes is not None:
+                notes.append(note)
         if member is not None:
             chosen[name] = member
     return chosen
@@ -197,12 +243,12 @@ def _zip_members(archive: zipfile.ZipFile) -> list[_Member]:
     return members
 
 
-def _read_zip(path: Path) -> tuple[list[_Member], dict[str, _Member]]:
+def _read_zip(path: Path, notes: list[str]) -> tuple[list[_Member], dict[str, _Member]]:
     with zipfile.ZipFile(path) as archive:
         if len(archive.infolist()) > MAX_ARCHIVE_ENTRIES:
             raise ValueError(f"the archive has {len(archive.infolist())} entries; the limit is {MAX_ARCHIVE_ENTRIES}")
         members = _zip_members(archive)
-        chosen = _choose_all(members)
+        chosen = _choose_all(members, notes)
         for member in chosen.values():
             with archive.open(member.name) as handle:
                 member.data = handle.read(MAX_FILE_BYTES + 1)
@@ -253,7 +299,7 @@ def _tar_kind(info: tarfile.TarInfo) -> str:
     return "link" if info.issym() or info.islnk() else "special"
 
 
-def _read_tar(path: Path, kind: str) -> tuple[list[_Member], dict[str, _Member]]:
+def _read_tar(path: Path, kind: str, notes: list[str]) -> tuple[list[_Member], dict[str, _Member]]:
     """One pass over the archive as a stream, never extracted: the student files are read into
     memory as they pass (an archive can only be read in order)."""
     members: list[_Member] = []
@@ -263,11 +309,12 @@ def _read_tar(path: Path, kind: str) -> tuple[list[_Member], dict[str, _Member]]
             if len(members) >= MAX_ARCHIVE_ENTRIES:
                 raise ValueError(f"the archive has more than {MAX_ARCHIVE_ENTRIES} entries")
             member = _Member(info.name, _parts(info.name), _tar_kind(info), info.size)
-            if member.kind == "file" and member.parts and member.parts[-1] in STUDENT_FILES and member.size <= MAX_FILE_BYTES:
+            student_file = member.parts and (member.parts[-1] in STUDENT_FILES or renamed_student_file(member.parts[-1]))
+            if member.kind == "file" and student_file and member.size <= MAX_FILE_BYTES:
                 handle = archive.extractfile(info)
                 member.data = handle.read() if handle is not None else None
             members.append(member)
-    return members, _choose_all(members)
+    return members, _choose_all(members, notes)
 
 
 def _from_archive(path: Path) -> Submission:
@@ -278,12 +325,15 @@ def _from_archive(path: Path) -> Submission:
         kind = archive_kind(path)
         if kind is None:
             raise ValueError("it is not a zip or tar archive (whatever its name says)")
-        members, chosen = _read_zip(path) if kind == "zip" else _read_tar(path, kind)
+        renames: list[str] = []
+        members, chosen = _read_zip(path, renames) if kind == "zip" else _read_tar(path, kind, renames)
         for name, member in chosen.items():
             if member.data is None or len(member.data) > MAX_FILE_BYTES:
                 raise ValueError(f"{member.name} unpacks to more than {MAX_FILE_BYTES} bytes")
             submission.files[name] = member.data
-            submission.notes.append(f"{name} from {member.name} in {path.name}")
+            if member.parts[-1] == name:
+                submission.notes.append(f"{name} from {member.name} in {path.name}")
+        submission.notes += [note.replace(" in the archive", f" in {path.name}") for note in renames]
         submission.ignored = [
             m.name for m in members
             if m.kind == "file" and m.name.endswith(CODE_SUFFIXES) and not is_macos_metadata(m.name)
@@ -305,7 +355,7 @@ def load_submission(path: str | os.PathLike) -> Submission:
     path = Path(path)
     if path.is_dir():
         return _from_folder(path)
-    if path.is_file() and path.name in STUDENT_FILES:
+    if path.is_file() and (path.name in STUDENT_FILES or renamed_student_file(path.name)):
         return _single_file(path)
     if path.is_file() and (path.name.lower().endswith(ARCHIVE_SUFFIXES) or _is_archive(path)):
         return _from_archive(path)
@@ -326,8 +376,11 @@ def _is_archive(path: Path) -> bool:
 
 def _single_file(path: Path) -> Submission:
     submission = Submission(str(path))
+    name = renamed_student_file(path.name) or path.name
+    if name != path.name:
+        submission.notes.append(f"{name} from {path.name} (a browser's rename of {name})")
     try:
-        submission.files[path.name] = _read_regular_file(path)
+        submission.files[name] = _read_regular_file(path)
     except (OSError, ValueError) as error:
         submission.problem = f"cannot read {path}: {error}"
     return submission

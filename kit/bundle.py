@@ -2,8 +2,8 @@
 
 The zip holds, at its root, ``setup.sh`` and ``run_autograder`` (from ``kit/gradescope/``,
 LF line endings, executable), the tested pins (``requirements.txt``, ``constraints.txt``),
-the grading engine (:func:`engine_files`: a whitelist, never the kit builder, the tests or
-the grader's self-test check), and the PROVIDED files of ``minitorch/``. It never holds the
+the grading engine (:func:`engine_files`: a whitelist, never the kit builder, the course
+package (``course/``: running a class), the tests or the grader's self-test check), and the PROVIDED files of ``minitorch/``. It never holds the
 answer key's student files. Gradescope unpacks it into ``/autograder/source``.
 """
 from __future__ import annotations
@@ -24,9 +24,6 @@ ENGINE = (
     "grader/grading.py", "grader/harness.py", "grader/layout.py", "grader/policy.py", "grader/processes.py",
     "grader/protocol.py", "grader/report.py", "grader/rubric.py", "grader/submission.py",
     "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/compare.py",
-    # what the batch, dashboard and slurm command modules import (the command line imports every command)
-    "grader/canvas.py", "grader/discovery.py", "grader/gradebook.py", "grader/regrade.py",
-    "grader/similarity.py", "grader/templates/dashboard.html.j2",
 )
 
 

@@ -11,7 +11,8 @@ Solutions are written once, in the answer key ``minitorch/``, between markers::
 :func:`strip_solutions` replaces every such region with a stub that raises
 ``NotImplementedError("Problem 2.1: clock_cycles")``. ``python -m kit build``
 writes the kit ``handout/`` (provided files verbatim, student files stripped, the public
-tests, a Makefile with ``submit.py`` behind ``make submit``, a pyproject, the write-up and
+tests, a Makefile with ``submit.py`` behind ``make submit`` and ``minitorch.measure`` behind
+``make report``, the ``REPORT.md`` template, a pyproject, the write-up and
 the pictures it links, ``figures/*.svg``);
 ``python -m kit check`` fails when the committed ``handout/`` differs from a fresh
 generation.
@@ -202,7 +203,7 @@ def _kit_files(student_files: list[str]) -> dict[str, str | bytes | Path]:
     for path in sorted(public.rglob("*")):
         if path.is_file() and not IGNORED_NAMES.intersection(path.relative_to(public).parts):
             files[f"tests/{path.relative_to(public).as_posix()}"] = path
-    for name in ("requirements.txt", "constraints.txt"):
+    for name in ("requirements.txt", "requirements-report.txt", "constraints.txt"):
         files[name] = REPO / name
     files["pyproject.toml"] = _kit_pyproject()
     makefile = (KIT_TEMPLATES / "Makefile.in").read_text()
@@ -211,6 +212,7 @@ def _kit_files(student_files: list[str]) -> dict[str, str | bytes | Path]:
     files["Makefile"] = makefile.replace("@STUDENT_FILES@", " ".join(f"minitorch/{n}" for n in student_files))
     files[".gitignore"] = KIT_TEMPLATES / "gitignore"
     files["submit.py"] = KIT_TEMPLATES / "submit.py"  # what `make submit` runs
+    files["REPORT.md"] = KIT_TEMPLATES / "REPORT.md"  # the written questions beside `make report`'s figures
     # The README and the pictures it links (figures/*.svg), all computed at build time.
     rubric = REPO / DEFAULT_RUBRIC.relative_to(REPOSITORY)
     files.update(writeup.render_files(REPO / "writeup" / "README.md.in", rubric, public))

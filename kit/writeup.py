@@ -10,6 +10,7 @@ The template ``writeup/README.md.in`` is Markdown with a few directives, each in
 ``{{policy_forbidden}}``      the names the grader's policy scan flags for review, inline
                               (``[policy] forbidden`` of the rubric)
 ``{{figure NAME ARGS}}``      a text figure computed at build time by ``FIGURES[NAME](*ARGS)``
+``{{figure plans MODEL GPUS BATCH TS PS}}``  Problem 5's estimates (answer key) of t in TS x p in PS
 ``{{svg SCHEDULE K M [k=v]}}``  a picture of a simulated schedule: the build writes it to
                               ``figures/<name>.svg`` beside the README, and this becomes its link
 
@@ -323,6 +324,27 @@ def tp_comm() -> str:
         demo._demo()
     return output.getvalue().rstrip("\n")
 
+def plans(model: str, gpus: str, batch: str, ts: str, ps: str) -> str:
+    """The answer key's Problem 5 estimates of the plans ``ts`` x ``ps`` (comma-separated) of a
+    ``minitorch.cost_model.MODELS`` preset, and its best plan; e.g. ``plans 1t 3072 3072 4,8,16 32,64``."""
+    from minitorch import cost_model
+
+    preset = cost_model.MODELS[model]
+    cluster = cost_model.anchor_cluster(int(gpus)) if preset is cost_model.ANCHOR else cost_model.Cluster(gpus=int(gpus))
+    grid = [(int(t), int(p)) for t in ts.split(",") for p in ps.split(",")]
+
+    def table() -> str:
+        rows = cost_model.estimates(preset, cluster, int(batch), grid)
+        return cost_model.format_plans(rows) + "\n" + cost_model.format_best(preset, cluster, int(batch))
+
+    title = f"{preset.name} on {gpus} GPUs, batch {batch} ('!' = does not fit in {cluster.memory_bytes / 1e9:g} GB):"
+    try:
+        return title + "\n" + _answer_key(table, "plans table")
+    except _NoAnswerKey:
+        return title + "\n" + _placeholder("this table", f"python -m minitorch.cost_model --model {model} --gpus {gpus} "
+                                                          f"--batch {batch}")
+
+
 # Text figures computed from code at build time: {{figure NAME ARGS}} -> FIGURES[NAME](*ARGS).
 FIGURES: dict[str, Callable[..., str]] = {
     "clock_cycles_waves": clock_cycles_waves,
@@ -330,6 +352,7 @@ FIGURES: dict[str, Callable[..., str]] = {
     "timeline": timeline,
     "metrics": metrics,
     "tp_comm": tp_comm,
+    "plans": plans,
 }
 
 

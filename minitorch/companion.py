@@ -1,10 +1,12 @@
 """Lecture companion: each section's tables and timelines, computed (provided).
 
-``python -m minitorch.companion [SECTION ...]`` with SECTION among ``1 2 4 5 6 bubble all``:
+``python -m minitorch.companion [SECTION ...]`` with SECTION among ``1 2 4 5 6 bubble all``: LECTURE
+sections, not problem numbers (lecture section 4 is Problem 4's, lecture 5 is Problem 3's,
+lecture 6 Problem 5's):
 
 - ``1``  why model parallelism: GPT-3 cut by layers, the naive pipeline, communication intensity
 - ``2``  GPipe: timeline, bubble vs M, throughput, and the micro-batch cost fit (timed ⏱)
-- ``4``  1F1B, interleaving, transfers, activation recomputation
+- ``4``  1F1B, interleaving, transfers, activation recomputation (runs your Problem 4 code)
 - ``5``  activation memory per layer with and without sequence parallelism (section 5.6)
 - ``6``  the (t, p, d) cost model
 - ``bubble``  the bubble lesson: two conventions, interleaved v = 4, ZB-H1, DualPipe
@@ -100,17 +102,17 @@ def communication_intensity(size: int = 8, sequences_per_gpu=(1, 8)) -> list[dic
 
 def section_1() -> None:
     split = gpt3_layer_split()
-    print(f"1.1 GPT-3 (96 layers, h = 12288) cut by layers; embeddings = {split['embedding_layers']:.2f} layers on stage 0")
+    print(f"lecture 1.1: GPT-3 (96 layers, h = 12288) cut by layers; embeddings = {split['embedding_layers']:.2f} layers on stage 0")
     print(" stages  layers/stage  stage 0 inference (2 B/param)  training (16 B/param)")
     for r in split["rows"]:
         print(f"{r['stages']:7d}  {r['layers_per_stage']:12g}  {r['inference_gb']:21.1f} GB  {r['training_gb']:15.1f} GB")
     print(f"fits in 80 GB from: inference {split['fewest_stages']['inference']} stages, "
           f"training {split['fewest_stages']['training']} stages (activations not counted)\n")
     naive = naive_pipeline()
-    print("1.2 the naive pipeline, K = 4, one batch (F = 1, B = 2; one cell = half a unit):")
+    print("lecture 1.2: the naive pipeline, K = 4, one batch (F = 1, B = 2; one cell = half a unit):")
     print(schedules.render_ascii(naive["timeline"], cells_per_unit=2))
     print(f"utilisation {naive['utilisation']:.0%}; with 0.5-unit transfers {naive['utilisation_with_transfers']:.0%}\n")
-    print("1.3 communication intensity (GPT-3, one 2048-token sequence, A100 peak):")
+    print("lecture 1.3: communication intensity (GPT-3, one 2048-token sequence, A100 peak):")
     for r in communication_intensity():
         print(f"  {r['scheme']:26s} {r['bytes'] / 1e6:10.1f} MB per {r['seconds'] * 1e3:8.2f} ms = {r['gb_per_s']:8.2f} GB/s")
     print("  (NVLink ~300 GB/s per GPU inside a node, InfiniBand ~25 GB/s per GPU between nodes)")
@@ -186,7 +188,7 @@ def measure_microbatch_cost(sizes=(1, 4, 16, 32, 64), width: int = 256, repeats:
 
 
 def section_2() -> None:
-    print("2.3 GPipe, K = 4, M = 8 (F = 1, B = 2):")
+    print("lecture 2.3: GPipe, K = 4, M = 8 (F = 1, B = 2):")
     timeline = simulate(schedules.gpipe(4, 8), 1.0, 2.0)
     print(_draw(timeline))
     print(f"one step {timeline.makespan:g} units, bubble {timeline.bubble_fraction_of_total:.1%} of the total time\n")
@@ -201,7 +203,7 @@ def section_2() -> None:
     print("\nthroughput vs one device (transfers = half a forward in the last column):")
     for r in throughput_table():
         print(f"  K = {r['K']}, M = {r['M']:2d}: {r['formula']:5.2f}x  {r['with_transfers']:5.2f}x")
-    print("\n2.4 ⏱ micro-batch cost on this machine (MLP 256 -> 1024 -> 256, forward):")
+    print("\nlecture 2.4: ⏱ micro-batch cost on this machine (MLP 256 -> 1024 -> 256, forward):")
     fit = measure_microbatch_cost()
     for b, t in zip(fit["sizes"], fit["seconds"]):
         print(f"  b = {b:4d}: {t * 1e6:8.1f} us")
@@ -238,9 +240,9 @@ def transfer_table(num_stages: int = 4, counts=(4, 8, 16, 32, 64), t_comm: float
 def recomputation_strategies(num_layers: int = 64) -> list[dict]:
     """Chen et al.'s three strategies for a chain of n layers: activations kept, extra layer forwards.
 
-    Extra forwards count what must be recomputed: sqrt(n) checkpoints redo the k - 1
-    inner layers of each segment (an implementation that reruns whole segments, like
-    Problem 4.3's, does n).
+    Extra forwards count what must be recomputed: Chen et al.'s sqrt(n) checkpoints redo
+    the k - 1 inner layers of each segment (n - n/k: 56 for n = 64), while Problem 4.3's
+    ``checkpoint_sequential`` reruns whole segments, the checkpointed layer included (n: 64).
     """
     k = round(math.sqrt(num_layers))
     return [
@@ -248,6 +250,8 @@ def recomputation_strategies(num_layers: int = 64) -> list[dict]:
         {"strategy": "keep only h0 (O(1))", "stored": 2, "extra_forwards": num_layers * (num_layers - 1) // 2},
         {"strategy": f"checkpoint every k = {k} layers", "stored": num_layers // k + k,
          "extra_forwards": num_layers - num_layers // k},
+        {"strategy": "the same, whole segments rerun (Problem 4.3)", "stored": num_layers // k + k,
+         "extra_forwards": num_layers},
     ]
 
 
@@ -285,14 +289,15 @@ def measured_recomputation(num_layers: int = 64) -> dict | None:
 
 
 def section_4() -> None:
-    print("4.1 1F1B, K = 4, M = 8 (F = 1, B = 2):")
+    print("lecture 4.1: 1F1B, K = 4, M = 8 (F = 1, B = 2), from your one_f_one_b (Problem 4.1):")
     timeline = simulate(_pipeline().one_f_one_b(4, 8), 1.0, 2.0)
     print(_draw(timeline))
     print(schedules.describe(timeline) + "\n")
     gpipe = simulate(schedules.gpipe(4, 8), 1.0, 2.0)
     interleaved = simulate(_pipeline().interleaved_one_f_one_b(4, 8, 2), 1.0, 2.0)
-    print("4.2 interleaved, K = 4, M = 8, v = 2 (each chunk's F takes 1/2):")
-    print(_draw(interleaved))
+    print("lecture 4.2: interleaved, from your interleaved_one_f_one_b (Problem 4.2); K = 2, M = 4, v = 2 drawn "
+          "(each chunk's F takes 1/2), K = 4, M = 8 measured:")
+    print(_draw(simulate(_pipeline().interleaved_one_f_one_b(2, 4, 2), 1.0, 2.0)))
     print(f"idle per device {interleaved.idle_per_device[0]:g} vs 1F1B {gpipe.idle_per_device[0]:g} (halved); "
           f"step {interleaved.makespan:g} vs {gpipe.makespan:g}; "
           f"peak in-flight {interleaved.peak_in_flight} (1F1B {simulate(_pipeline().one_f_one_b(4, 8)).peak_in_flight})\n")
@@ -300,15 +305,16 @@ def section_4() -> None:
     print("   M   GPipe   1F1B  inter v=2  inter v=4")
     for r in transfer_table():
         print(f"{r['M']:4d}  {r['gpipe']:6.1%} {r['1f1b']:6.1%}  {r['v2']:9.1%}  {r['v4']:9.1%}")
-    print("\n4.3 recomputation, a chain of n = 64 layers:")
+    print("\nlecture 4.3: recomputation, a chain of n = 64 layers:")
     for r in recomputation_strategies():
         print(f"  {r['strategy']:32s} stored {r['stored']:3d}   extra layer forwards {r['extra_forwards']:5d}")
     measured = measured_recomputation()
     if measured is None:
         print("  (implement Problem 4.3 checkpoint_sequential to see it run here)")
     else:
-        print(f"  your checkpoint_sequential: gradients bit-identical: {measured['identical']}; "
-              f"layer forwards during the checkpointed forward + backward: {measured['layer_calls']}")
+        print(f"  your checkpoint_sequential (Problem 4.3): gradients bit-identical: {measured['identical']}; "
+              f"layer forwards during the checkpointed forward + backward: {measured['layer_calls']} "
+              "(64 + 64 rerun)")
     print("\nGPipe + recomputation, N = 256 samples, 48 layers, K = 4 (peak sample-layers per device):")
     for r in pipeline_recomputation():
         print(f"  M = {r['M']:2d}: without {r['without']:6.0f}  with {r['with']:6.0f}  saving {r['saving']:4.1f}x")
@@ -332,7 +338,7 @@ def activation_memory_per_layer(t: int = 8, microbatch: int = 1) -> list[dict]:
 
 
 def section_5() -> None:
-    print("5.6 activation memory per layer, GPT-3 (s = 2048, h = 12288, a = 96, b = 1):")
+    print("lecture 5.6: activation memory per layer, GPT-3 (s = 2048, h = 12288, a = 96, b = 1):")
     for r in activation_memory_per_layer():
         print(f"  {r['setting']:48s} {r['bytes'] / 1e9:6.2f} GB")
 
@@ -342,15 +348,14 @@ def section_5() -> None:
 
 def section_6() -> None:
     cluster = cost_model.Cluster(gpus=3072)
-    plans = [e for e in cost_model.all_plans(cost_model.MEGATRON_1T, cluster, 3072) if e.t >= 4 and e.p >= 16]
-    print("6.2 the 1T model (128 layers, h = 25600) on 3072 A100s, batch 3072 ('!' = over 80 GB):")
-    print(cost_model.format_plans(sorted(plans, key=lambda e: (e.t, e.p))))
-    best = cost_model.best_plan(cost_model.MEGATRON_1T, cluster, 3072)
-    print(f"fastest that fits: t = {best.t}, p = {best.p}, d = {best.d} "
-          f"(the paper ran t = 8, p = 64: 163 TFLOP/s measured)\n")
+    plans = cost_model.estimates(cost_model.MEGATRON_1T, cluster, 3072, [(t, p) for t in (4, 8, 16) for p in (16, 32, 64, 128)])
+    print("lecture 6.2: the 1T model (128 layers, h = 25600) on 3072 A100s, batch 3072 ('!' = over 80 GB):")
+    print(cost_model.format_plans(plans))
+    print(cost_model.format_best(cost_model.MEGATRON_1T, cluster, 3072)
+          + " (the paper ran t = 8, p = 64: 163 TFLOP/s measured)\n")
     cluster = cost_model.Cluster(gpus=1024)
-    rows = [cost_model.estimate(cost_model.GPT3_175B, cluster, 1536, 8, p) for p in (4, 8, 16, 32)]
-    print("6.3 GPT-3 on 1024 GPUs, t = 8, batch 1536: bubble (p-1)/m = (n/t - d)/B")
+    rows = cost_model.estimates(cost_model.GPT3_175B, cluster, 1536, [(8, p) for p in (4, 8, 16, 32)])
+    print("lecture 6.3: GPT-3 on 1024 GPUs, t = 8, batch 1536: bubble (p-1)/m = (n/t - d)/B")
     print(cost_model.format_plans(rows))
 
 

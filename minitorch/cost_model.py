@@ -1,30 +1,24 @@
-"""A cost model for choosing (t, p, d): tensor x pipeline x data parallelism (provided).
+"""The cost model's data and tables for choosing (t, p, d): tensor x pipeline x data parallelism (provided).
 
-Lecture section 6. One training step on ``N = t * p * d`` GPUs is split into
+Lecture section 6 and Problem 5. One training step on ``N = t * p * d`` GPUs: ``t`` GPUs
+split every layer's matrices (tensor parallelism), ``p`` stages hold consecutive layers
+(pipeline parallelism), ``d`` replicas of that pipeline each take a share of the batch (data
+parallelism). What the estimate counts, and over which link, is the write-up's "The cost
+model" (Problem 5); YOU write the estimate and the search in ``minitorch/pipeline.py``
+(``estimate``, ``best_plan``). This module holds what they take and return (``Model``,
+``Cluster``, ``Estimate``), the lecture's models and clusters, and prints a table of your
+estimates:
 
-- compute: Megatron's count ``96 B s L h^2 (1 + s/(6h) + V/(16 L h))`` FLOPs, which
-  includes full activation recomputation, run at ``efficiency`` of peak;
-- bubble: compute x ``(p - 1) / m``, with ``m = B / (d b)`` microbatches per pipeline;
-- tensor parallel: 6 all-reduces per layer per microbatch (forward 2, recomputation 2,
-  backward 2) of a ``b x s x h`` 16-bit activation, ring cost ``2(t-1)/t`` x size, over
-  NVLink when ``t`` fits in one node, else over InfiniBand;
-- pipeline: per microbatch one activation out and one gradient back, each
-  ``2 s b h / t`` bytes (Megatron scatters it over the t ranks), over InfiniBand;
-- data parallel: one ring all-reduce of the 16-bit gradients of the GPU's
-  ``P / (t p)`` parameters over InfiniBand (not overlapped, to stay simple);
+    python -m minitorch.cost_model                  the 1T model on 3072 A100s (lecture 6.2)
+    python -m minitorch.cost_model --model anchor --gpus 8 --batch 64
 
-and memory per GPU is ``16 P / (t p)`` bytes of training state (mixed-precision Adam)
-plus the activations of pipeline stage 0 under 1F1B with full recomputation: the input
-of each of its ``L / p`` layers for ``min(p, m)`` microbatches in flight (``2 s b h`` bytes
-each) plus one layer's full activations while it is recomputed, ``s b h (10 + 24/t +
-5 a s / (h t))`` bytes (Korthikanti et al. 2022). GB are 10^9 bytes.
-
-What it leaves out (why real clusters differ): smaller, less efficient matrix multiplies
-at large t, latency of many small transfers, non-matmul time, buffers, fragmentation.
+What the model leaves out (why real clusters differ): smaller, less efficient matrix
+multiplies at large t, latency of many small transfers, non-matmul time, buffers,
+fragmentation. GB are 10^9 bytes.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from minitorch import cli
@@ -32,7 +26,8 @@ from minitorch import cli
 
 @dataclass(frozen=True)
 class Model:
-    """A GPT-style transformer: ``layers`` x (attention + MLP), hidden size ``hidden``."""
+    """A GPT-style transformer: ``layers`` x (attention + MLP), hidden size ``hidden``,
+    ``heads`` attention heads, sequences of ``seq_len`` tokens, a ``vocab``-word vocabulary."""
 
     name: str
     layers: int
@@ -50,7 +45,11 @@ class Model:
 
 @dataclass(frozen=True)
 class Cluster:
-    """GPUs and links. Defaults: A100 80 GB, 8 per node, NVLink ~300 GB/s, IB ~25 GB/s per GPU."""
+    """GPUs and links. Defaults: A100 80 GB, 8 per node, NVLink ~300 GB/s, IB ~25 GB/s per GPU.
+
+    ``peak_flops`` is one GPU's 16-bit matmul peak, of which matrix multiplies reach
+    ``efficiency``; ``nvlink_bytes_per_s`` links the GPUs inside a node, ``ib_bytes_per_s``
+    is what one GPU sends to other nodes (InfiniBand)."""
 
     gpus: int
     gpus_per_node: int = 8
@@ -63,7 +62,7 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Time (seconds) and memory (bytes) of one step for one (t, p, d)."""
+    """Time (seconds) and memory (bytes per GPU) of one training step for one (t, p, d)."""
 
     t: int
     p: int
@@ -81,8 +80,8 @@ class Estimate:
 
     @property
     def bubble(self) -> float:
-        """``(p - 1) / m``: bubble time over ideal compute time."""
-        return (self.p - 1) / self.microbatches
+        """Bubble time over ideal compute time (the convention of Megatron's paper)."""
+        return self.bubble_s / self.compute_s
 
     @property
     def step_s(self) -> float:
@@ -102,91 +101,39 @@ class Estimate:
         return self.flops_per_gpu / self.step_s
 
 
-def training_flops(model: Model, batch: int) -> float:
-    """FLOPs of one step with full recomputation (Narayanan et al. 2021, eq. 3)."""
-    L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
-    return 96 * batch * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
-
-
-def _all_reduce_seconds(num_bytes: float, ranks: int, bandwidth: float) -> float:
-    return 2 * (ranks - 1) / ranks * num_bytes / bandwidth if ranks > 1 else 0.0
-
-
-def estimate(model: Model, cluster: Cluster, batch: int, t: int, p: int, microbatch: int = 1) -> Estimate:
-    """Cost of one step with tensor size ``t`` and ``p`` pipeline stages (d = N / (t p)).
-
-    Raises:
-        ValueError: ``t * p`` does not divide the GPUs, ``p`` does not divide the layers,
-            ``t`` does not divide the heads, or the batch does not split into
-            ``d x microbatch``-sized pieces.
-    """
-    if cluster.gpus % (t * p):
-        raise ValueError(f"t * p = {t * p} must divide the {cluster.gpus} GPUs")
-    if model.layers % p:
-        raise ValueError(f"p = {p} must divide the {model.layers} layers")
-    if model.heads % t:
-        raise ValueError(f"t = {t} must divide the {model.heads} heads")
-    d = cluster.gpus // (t * p)
-    if batch % (d * microbatch):
-        raise ValueError(f"batch {batch} must split into d = {d} replicas of {microbatch}-sample microbatches")
-    m = batch // (d * microbatch)
-    s, h, a = model.seq_len, model.hidden, model.heads
-    flops_per_gpu = training_flops(model, batch) / cluster.gpus
-    compute = flops_per_gpu / (cluster.peak_flops * cluster.efficiency)
-    activation = 2 * s * microbatch * h  # one 16-bit b x s x h tensor
-    tp_link = cluster.nvlink_bytes_per_s if t <= cluster.gpus_per_node else cluster.ib_bytes_per_s
-    layer_microbatches = m * model.layers // p
-    tensor_parallel = 6 * layer_microbatches * _all_reduce_seconds(activation, t, tp_link)
-    pipeline = m * 2 * activation / t / cluster.ib_bytes_per_s if p > 1 else 0.0
-    local_parameters = model.parameters / (t * p)
-    data_parallel = _all_reduce_seconds(2 * local_parameters, d, cluster.ib_bytes_per_s)
-    in_flight = min(p, m)
-    stored_inputs = in_flight * (model.layers // p) * activation
-    working_layer = s * microbatch * h * (10 + 24 / t + 5 * a * s / (h * t))
-    return Estimate(
-        t=t,
-        p=p,
-        d=d,
-        microbatches=m,
-        compute_s=compute,
-        bubble_s=compute * (p - 1) / m,
-        tensor_parallel_s=tensor_parallel,
-        pipeline_s=pipeline,
-        data_parallel_s=data_parallel,
-        state_bytes=16 * local_parameters,
-        activation_bytes=stored_inputs + working_layer,
-        flops_per_gpu=flops_per_gpu,
-        memory_limit=cluster.memory_bytes,
-    )
-
-
-def all_plans(model: Model, cluster: Cluster, batch: int, microbatch: int = 1) -> list[Estimate]:
-    """Every valid (t, p) with t a power of two up to 2 nodes, sorted by step time."""
-    plans = []
-    for t in (1, 2, 4, 8, 16):
-        for p in range(1, model.layers + 1):
-            try:
-                plans.append(estimate(model, cluster, batch, t, p, microbatch))
-            except ValueError:
-                continue
-    return sorted(plans, key=lambda e: e.step_s)
-
-
-def best_plan(model: Model, cluster: Cluster, batch: int, microbatch: int = 1) -> Estimate:
-    """The fastest plan that fits in memory.
-
-    Raises:
-        ValueError: no plan fits.
-    """
-    fitting = [e for e in all_plans(model, cluster, batch, microbatch) if e.fits]
-    if not fitting:
-        raise ValueError(f"no (t, p, d) fits {model.name} on {cluster.gpus} GPUs")
-    return fitting[0]
-
-
 # The models of Narayanan et al. 2021, table 1 (vocabulary padded to 51200).
 GPT3_175B = Model("GPT-3 175B", layers=96, hidden=12288, heads=96, seq_len=2048, vocab=51200)
 MEGATRON_1T = Model("Megatron 1T", layers=128, hidden=25600, heads=160, seq_len=2048, vocab=51200)
+# The lecture series' anchor model (64 layers, h = 5120, a 248,320-word vocabulary, 4,096-token
+# sequences), shaped as GPT layers: 21.4e9 parameters by this model's count, where the lecture's
+# model (a wider MLP, separate output layer) has 27.8e9.
+ANCHOR = Model("lecture anchor", layers=64, hidden=5120, heads=40, seq_len=4096, vocab=248320)
+MODELS = {"gpt3": GPT3_175B, "1t": MEGATRON_1T, "anchor": ANCHOR}
+
+
+def anchor_cluster(gpus: int) -> Cluster:
+    """The lecture's H800 nodes: 8 GPUs, NVLink 160 GB/s, InfiniBand 50 GB/s per GPU, 80 GB."""
+    return Cluster(gpus=gpus, peak_flops=989e12, nvlink_bytes_per_s=160e9, ib_bytes_per_s=50e9)
+
+
+def estimates(model: Model, cluster: Cluster, batch: int, plans: Iterable[tuple[int, int]],
+              microbatch: int = 1) -> list[Estimate]:
+    """Your ``pipeline.estimate`` of each valid ``(t, p)`` of ``plans`` (invalid ones left out)."""
+    from minitorch import pipeline  # the student file, imported only when a table is asked for
+
+    rows = []
+    for t, p in plans:
+        try:
+            rows.append(pipeline.estimate(model, cluster, batch, t, p, microbatch))
+        except ValueError:
+            continue
+    return rows
+
+
+def plan_grid(model: Model, cluster: Cluster, ts: Iterable[int] | None = None) -> list[tuple[int, int]]:
+    """``(t, p)`` for t in ``ts`` (default: the divisors of a node) and every p dividing the layers."""
+    ts = ts or [t for t in range(1, cluster.gpus_per_node + 1) if cluster.gpus_per_node % t == 0]
+    return [(t, p) for t in ts for p in range(1, model.layers + 1) if model.layers % p == 0]
 
 
 def format_plans(plans: list[Estimate]) -> str:
@@ -201,14 +148,39 @@ def format_plans(plans: list[Estimate]) -> str:
     return "\n".join(lines)
 
 
+def format_best(model: Model, cluster: Cluster, batch: int, microbatch: int = 1) -> str:
+    """One line: your ``pipeline.best_plan`` for this model, cluster and batch."""
+    from minitorch import pipeline
+
+    best = pipeline.best_plan(model, cluster, batch, microbatch)
+    if best is None:
+        return f"no plan fits {model.name} on {cluster.gpus} GPUs ({cluster.memory_bytes / 1e9:g} GB each)"
+    return (f"fastest that fits: t = {best.t}, p = {best.p}, d = {best.d}: {best.step_s:.2f} s per step, "
+            f"{best.memory_bytes / 1e9:.1f} GB per GPU")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    cli.parser("cost_model", __doc__).parse_args(argv)
-    cluster = Cluster(gpus=3072)
-    plans = [e for e in all_plans(MEGATRON_1T, cluster, batch=3072) if e.t >= 4 and e.p >= 16]
-    print(f"{MEGATRON_1T.name} on {cluster.gpus} GPUs, batch 3072 ('!' = does not fit in 80 GB):")
-    print(format_plans(sorted(plans, key=lambda e: (e.t, e.p))))
-    best = best_plan(MEGATRON_1T, cluster, batch=3072)
-    print(f"best that fits: t = {best.t}, p = {best.p}, d = {best.d}")
+    parser = cli.parser("cost_model", __doc__)
+    parser.add_argument("--model", choices=sorted(MODELS), default=None, help="a preset model (default: the 1T model)")
+    parser.add_argument("--gpus", type=int, default=None, help="number of GPUs")
+    parser.add_argument("--batch", type=int, default=None, help="global batch in sequences")
+    parser.add_argument("--microbatch", type=int, default=1, help="sequences per microbatch (default 1)")
+    args = parser.parse_args(argv)
+    if args.model is None and args.gpus is None and args.batch is None:
+        cluster = Cluster(gpus=3072)
+        plans = estimates(MEGATRON_1T, cluster, 3072, [(t, p) for t in (4, 8, 16) for p in (16, 32, 64, 128)])
+        print(f"{MEGATRON_1T.name} on {cluster.gpus} GPUs, batch 3072 ('!' = does not fit in 80 GB):")
+        print(format_plans(plans))
+        print(format_best(MEGATRON_1T, cluster, 3072))
+        return 0
+    model = MODELS[args.model or "1t"]
+    gpus = args.gpus or 8
+    cluster = anchor_cluster(gpus) if model is ANCHOR else Cluster(gpus=gpus)
+    batch = args.batch or gpus
+    print(f"{model.name} on {gpus} GPUs, batch {batch}, microbatch {args.microbatch} "
+          f"('!' = does not fit in {cluster.memory_bytes / 1e9:g} GB):")
+    print(format_plans(estimates(model, cluster, batch, plan_grid(model, cluster), args.microbatch)))
+    print(format_best(model, cluster, batch, args.microbatch))
     return 0
 
 

@@ -1,7 +1,7 @@
 """Small printed demos of the homework's ideas, run on YOUR code (provided).
 
-``python -m minitorch.demos`` prints the clock-cycle table of lecture section 2.2 and the
-submit/receive order of your ``Pipe`` (section 3.1). ``python -m minitorch.demos --gpu``
+``python -m minitorch.demos`` prints the clock-cycle table of lecture section 2.2 (your
+Problem 2.1) and the submit/receive order of your ``Pipe`` (lecture section 3.1, Problem 2.2). ``python -m minitorch.demos --gpu``
 runs Problem 2.3's code path on the CUDA GPUs this machine has, as the grader does: paired
 training steps of your ``Pipe`` and of the same stages in sequence, their parameters
 compared after every pair; with two GPUs the speedup is the one 2.3 grades.

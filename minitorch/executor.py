@@ -2,11 +2,15 @@
 
 The HW5 ``Pipe`` pipelines only the forward; ``loss.backward()`` then runs through
 autograd, which on a CPU uses a single thread, so the backward is serial (lecture 3.4).
-Here every stage runs its own microbatch forwards and backwards on its own
-``StageWorkers`` thread, in the order a schedule gives (GPipe, 1F1B, ...)::
+Here every device runs its own microbatch forwards and backwards on its own
+``StageWorkers`` thread, in the order a schedule gives (GPipe, 1F1B, interleaved 1F1B;
+Problem 4.4 drives it with your own schedules)::
 
-    stage 0 |F0 F1 F2 F3 ·· ·· ·· B0 ·· B1 ...|     F: forward of a microbatch
-    stage 1 |·· F0 F1 ·· B0 F2 B1 F3 B2 ·· B3 |     B: its backward
+    device 0 |F0 F1 F2 F3 ·· ·· ·· B0 ·· B1 ...|     F: forward of a microbatch
+    device 1 |·· F0 F1 ·· B0 F2 B1 F3 B2 ·· B3 |     B: its backward
+
+With ``v`` chunks per device there are ``K * v`` stages and stage ``s`` runs on device
+``s % K`` (:func:`minitorch.schedules.device_of`), as in the simulator.
 
 At a stage boundary the activation is detached and marked ``requires_grad`` on the
 receiving stage; its gradient travels back to the sending stage, which continues the
@@ -66,37 +70,40 @@ class _Mailbox:
 class StepReport:
     """What one pipelined step did.
 
-    ``loss``: the batch loss (float). ``executed[s]``: the actions stage ``s`` ran, in
-    order (``"F3"``, ``"B3"``). ``peak_live[s]``: the most microbatches whose activations
-    stage ``s`` held at once (forward done, backward not yet).
+    ``loss``: the batch loss (float). ``executed[d]``: the actions device ``d`` ran, in
+    order, as :func:`minitorch.schedules.format_action` writes them (``"F3"``, ``"B3"``;
+    ``"1F3"`` for chunk 1 when there are several chunks). ``peak_live[d]``: the most
+    microbatches whose activations device ``d`` held at once (forward done, backward not
+    yet), each chunk counting ``1/v``: the simulator's ``Timeline.peak_in_flight``.
     """
 
     loss: float
     executed: list[list[str]] = field(default_factory=list)
-    peak_live: list[int] = field(default_factory=list)
+    peak_live: list[float] = field(default_factory=list)
 
 
-def stage_plans(schedule: Sequence[Sequence[Any]], num_stages: int) -> list[list[tuple[str, int]]]:
-    """``[("F", 0), ("F", 1), ("B", 0), ...]`` per stage, from a schedule in the one
-    representation of :mod:`minitorch.schedules` (``Action`` rows or strings like ``"F3"``),
-    checked by its validator and simulator (which names the device and step of a problem).
+def stage_plans(schedule: Sequence[Sequence[Any]], num_devices: int) -> list[list[tuple[int, str, int]]]:
+    """``[(stage, "F", 0), (stage, "F", 1), (stage, "B", 0), ...]`` per device, from a schedule
+    in the one representation of :mod:`minitorch.schedules` (``Action`` rows or strings like
+    ``"F3"`` / ``"1F3"``), checked by its validator and simulator (which names the device and
+    step of a problem).
 
     Raises:
-        ValueError: an invalid schedule, or one this executor cannot run: it runs one
-            stage per device (no interleaving) and full backwards (no I/W split).
+        ValueError: an invalid schedule, or one this executor cannot run: it runs forwards
+            (F) and full backwards (B) only (no I/W split).
     """
     rows = schedules.validate(schedule)
-    if len(rows) != num_stages:
-        raise ValueError(f"{num_stages} stages but the schedule has {len(rows)} device rows")
+    if len(rows) != num_devices:
+        raise ValueError(f"{num_devices} devices but the schedule has {len(rows)} device rows")
     for device, row in enumerate(rows):
         for step, action in enumerate(row):
-            if action.stage != device or action.kind not in ("F", "B"):
+            if action.kind not in ("F", "B"):
                 raise ValueError(
                     f"device {device} step {step}: {action.kind}{action.microbatch} of stage {action.stage}: "
-                    "the executor runs one stage per device, with forwards (F) and full backwards (B) only"
+                    "the executor runs forwards (F) and full backwards (B) only"
                 )
     schedules.simulate(rows)  # an order no execution can follow is a deadlock: say so now
-    return [[(action.kind, action.microbatch) for action in row] for row in rows]
+    return [[(action.stage, action.kind, action.microbatch) for action in row] for row in rows]
 
 
 def run_schedule(
@@ -110,11 +117,13 @@ def run_schedule(
     """Forward and backward of one batch by ``schedule``; gradients accumulate in ``.grad``.
 
     Args:
-        workers: one worker per stage; ``workers.devices[s]`` is stage ``s``'s device.
-        stages: the stages, ``stages[s]`` already on ``workers.devices[s]``.
-        schedule: ``schedule[s]`` is stage ``s``'s action list in the representation of
-            :mod:`minitorch.schedules` (``Action`` or ``"F0"``, ``"B0"``), naming each of
-            the M microbatches once as F and once as B (see :func:`stage_plans`).
+        workers: one worker per device; ``workers.devices[d]`` is device ``d``.
+        stages: the ``K * v`` stages (``K = workers.num_stages`` devices, ``v`` chunks
+            each), ``stages[s]`` already on ``workers.devices[s % K]``.
+        schedule: ``schedule[d]`` is device ``d``'s action list in the representation of
+            :mod:`minitorch.schedules` (``Action``, or ``"F0"``, ``"B0"``, ``"1F0"``),
+            naming each of the M microbatches once as F and once as B on every stage
+            (see :func:`stage_plans`).
         inputs: ``[batch, ...]``, split along dim 0 into M nearly equal microbatches
             (``torch.tensor_split``).
         targets: ``[batch, ...]``, split the same way.
@@ -125,12 +134,17 @@ def run_schedule(
 
     Raises:
         ValueError: the schedule does not match the stages or the batch.
-        The first exception a stage raised; TimeoutError if a stage waits too long.
+        The first exception a stage raised; TimeoutError if a device waits too long
+        (``0.8 * workers.timeout`` for one activation or gradient).
     """
-    if len(stages) != workers.num_stages:
-        raise ValueError(f"{len(stages)} stages but {workers.num_stages} workers")
-    plans = stage_plans(schedule, len(stages))
-    num_microbatches = 1 + max(mb for plan in plans for _, mb in plan)
+    num_devices = workers.num_stages
+    if not stages or len(stages) % num_devices:
+        raise ValueError(f"{len(stages)} stages cannot be spread evenly over {num_devices} devices")
+    num_chunks = len(stages) // num_devices
+    plans = stage_plans(schedule, num_devices)
+    if 1 + max(stage for plan in plans for stage, _, _ in plan) != len(stages):
+        raise ValueError(f"{len(stages)} stages but the schedule names stages 0..{max(s for p in plans for s, _, _ in p)}")
+    num_microbatches = 1 + max(mb for plan in plans for _, _, mb in plan)
     if num_microbatches > inputs.shape[0]:
         raise ValueError(f"{num_microbatches} microbatches but only {inputs.shape[0]} rows")
     microbatch_inputs = torch.tensor_split(inputs, num_microbatches)
@@ -138,51 +152,57 @@ def run_schedule(
     batch_rows = inputs.shape[0]
 
     abort = threading.Event()
-    # Shorter than the caller's receive limit, so a stuck stage says what it waited for.
+    # Shorter than the caller's receive limit, so a stuck device says what it waited for.
     wait_limit = 0.8 * workers.timeout
-    activations = [_Mailbox(abort, wait_limit) for _ in stages]
-    gradients = [_Mailbox(abort, wait_limit) for _ in stages]
+    activations = [_Mailbox(abort, wait_limit) for _ in stages]  # activations[s]: inputs of stage s
+    gradients = [_Mailbox(abort, wait_limit) for _ in stages]  # gradients[s]: grads of stage s's output
     losses = [0.0] * num_microbatches
-    report = StepReport(loss=0.0, executed=[[] for _ in stages], peak_live=[0] * len(stages))
+    report = StepReport(loss=0.0, executed=[[] for _ in range(num_devices)], peak_live=[0] * num_devices)
     last = len(stages) - 1
 
-    def program(s: int) -> None:
-        device, live = workers.devices[s], {}
+    def forward(s: int, mb: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        x = microbatch_inputs[mb] if s == 0 else activations[s].take(mb, f"microbatch {mb} from stage {s - 1}")
+        x = x.to(device)
+        if s > 0:
+            x = x.detach().requires_grad_()
+        out = stages[s](x)
+        if s == last:
+            share = microbatch_inputs[mb].shape[0] / batch_rows
+            out = loss_fn(out, microbatch_targets[mb].to(device)) * share
+            losses[mb] = out.item()
+        else:
+            activations[s + 1].put(mb, out.detach())
+        return x, out
+
+    def backward(s: int, mb: int, x: torch.Tensor, out: torch.Tensor, device: torch.device) -> None:
+        if s == last:
+            out.backward()
+        else:
+            out.backward(gradients[s].take(mb, f"the gradient of microbatch {mb} from stage {s + 1}").to(device))
+        if s > 0:
+            gradients[s - 1].put(mb, x.grad)  # type: ignore[arg-type]  # x requires grad: set by backward
+
+    def program(d: int) -> None:
+        device, live = workers.devices[d], {}
         try:
-            for kind, mb in plans[s]:
+            for s, kind, mb in plans[d]:
                 if kind == "F":
-                    x = microbatch_inputs[mb] if s == 0 else activations[s].take(mb, f"microbatch {mb} from stage {s - 1}")
-                    x = x.to(device)
-                    if s > 0:
-                        x = x.detach().requires_grad_()
-                    out = stages[s](x)
-                    if s == last:
-                        share = microbatch_inputs[mb].shape[0] / batch_rows
-                        out = loss_fn(out, microbatch_targets[mb].to(device)) * share
-                        losses[mb] = out.item()
-                    else:
-                        activations[s + 1].put(mb, out.detach())
-                    live[mb] = (x, out)
-                    report.peak_live[s] = max(report.peak_live[s], len(live))
+                    live[s, mb] = forward(s, mb, device)
+                    report.peak_live[d] = max(report.peak_live[d], len(live) / num_chunks)
                 else:
-                    x, out = live.pop(mb)
-                    if s == last:
-                        out.backward()
-                    else:
-                        out.backward(gradients[s].take(mb, f"the gradient of microbatch {mb} from stage {s + 1}").to(device))
-                    if s > 0:
-                        gradients[s - 1].put(mb, x.grad)  # type: ignore[arg-type]  # x requires grad: set by backward
-                report.executed[s].append(f"{kind}{mb}")
+                    backward(s, mb, *live.pop((s, mb)), device)
+                action = schedules.Action(s, kind, mb)
+                report.executed[d].append(schedules.format_action(action, num_devices, num_chunks))
         except BaseException:
             abort.set()
             raise
 
-    for s in range(len(stages)):
-        workers.submit(s, functools.partial(program, s))
+    for d in range(num_devices):
+        workers.submit(d, functools.partial(program, d))
     errors = []
-    for s in range(len(stages)):
+    for d in range(num_devices):
         try:
-            workers.receive(s)
+            workers.receive(d)
         except BaseException as error:
             errors.append(error)
     first = next((e for e in errors if not isinstance(e, _Aborted)), None)

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
+from minitorch.cost_model import Cluster, Estimate, Model
+from minitorch.executor import StepReport, run_schedule
 from minitorch.runtime import DEFAULT_TIMEOUT, StageWorkers
 from minitorch.schedules import Action, stage_of
 
@@ -190,33 +192,39 @@ class Pipe(nn.Module):
 def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[Action]]:
     """The 1F1B (PipeDream-Flush) schedule: one ordered list of actions per device.
 
-    Device ``d`` (there are ``K = num_stages`` devices, one stage each, so stage == d)
-    runs ``K - d - 1`` warm-up forwards, then alternates one forward and one backward,
-    then runs the backwards that are left. Every device does ``F`` and ``B`` of every
-    microbatch ``0 .. M-1`` exactly once, in increasing microbatch order. With
-    ``K = 4, M = 8`` (F takes 1 unit, B 2 units; ``·`` is idle)::
+    Contract (``K = num_stages`` devices with one stage each, so stage == device;
+    ``M = num_microbatches``):
+
+    - Returns a new list of K lists; ``schedule[d]`` is device d's actions in the order
+      it runs them, each ``Action(d, "F" or "B", m)``. Every device runs the forward and
+      the full backward of every microbatch ``0 .. M-1`` exactly once.
+    - Valid: :func:`minitorch.schedules.simulate` places it without a deadlock.
+    - Memory: device ``d`` never holds more than ``min(K - d, M)`` microbatches'
+      activations at once (held from the start of its F to the end of its B on that
+      device); GPipe holds all M.
+    - Time: with instant transfers, one step takes as long as GPipe's,
+      ``(M + K - 1)(F + B)``, whatever the F and B times; with a delay on every transfer
+      between devices (``simulate(..., t_comm=...)``), no longer than the lecture's
+      1F1B timeline below takes with the same delay.
+
+    The lecture's timeline for ``K = 4, M = 8`` (F takes 1 unit, B 2 units, two
+    characters per unit, ``·`` idle)::
 
         device 0 |F0F1F2F3············B0B0F4B1B1F5B2B2F6B3B3F7B4B4··B5B5··B6B6··B7B7|
         device 1 |··F0F1F2········B0B0F3B1B1F4B2B2F5B3B3F6B4B4F7B5B5··B6B6··B7B7····|
         device 2 |····F0F1····B0B0F2B1B1F3B2B2F4B3B3F5B4B4F6B5B5F7B6B6··B7B7········|
         device 3 |······F0B0B0F1B1B1F2B2B2F3B3B3F4B4B4F5B5B5F6B6B6F7B7B7············|
 
-    so ``one_f_one_b(4, 8)[0]`` is ``[Action(0, "F", 0), Action(0, "F", 1),
-    Action(0, "F", 2), Action(0, "F", 3), Action(0, "B", 0), Action(0, "F", 4), ...]``
-    (``minitorch.schedules.format_schedule`` prints it as ``"F0 F1 F2 F3 B0 F4 B1 ..."``).
-    The step takes as long as GPipe's, but device ``d`` never holds more than
-    ``K - d`` microbatches' activations (GPipe: all M). With fewer microbatches than
-    warm-up slots (``M < K - d - 1``) the warm-up is all ``M`` forwards.
+    ``render_ascii(simulate(one_f_one_b(4, 8)))`` draws yours the same way, and
+    ``format_schedule`` prints a device's list as ``"F0 F1 F2 F3 B0 F4 B1 ..."``.
 
     Args:
-        num_stages: ``K >= 1`` devices.
-        num_microbatches: ``M >= 1``.
-
-    Returns:
-        ``schedule[d]``: device d's actions in order, each ``Action(d, "F" or "B", m)``.
+        num_stages: ``K``, an int ``>= 1``.
+        num_microbatches: ``M``, an int ``>= 1`` (any M, ``M < K`` included).
 
     Raises:
-        ValueError: ``num_stages < 1`` or ``num_microbatches < 1`` (or not ints).
+        ValueError: at the call, when an argument is not an int (``4.0``, ``"4"``,
+            ``None`` and the bools ``True``/``False`` are not) or is ``< 1``.
     """
     # BEGIN SOLUTION 4.1
     for name, value in (("num_stages", num_stages), ("num_microbatches", num_microbatches)):
@@ -237,37 +245,44 @@ def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[Action]]:
 def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_chunks: int) -> list[list[Action]]:
     """Megatron's interleaved 1F1B schedule with ``v = num_chunks`` chunks per device.
 
-    The model has ``K * v`` stages (``K = num_stages`` devices); device ``d`` holds stages
-    ``d, d + K, ..., d + (v-1)K`` (its chunks 0..v-1), so a microbatch goes round the
-    devices v times and each action does 1/v of the device's work. Use
-    ``stage_of(device, chunk, K)`` for the stage number.
+    The model has ``K * v`` stages (``K = num_stages`` devices); device ``d`` holds the
+    stages ``stage_of(d, c, K)`` for its chunks ``c = 0 .. v-1``, so a microbatch goes
+    round the devices v times and each action does ``1/v`` of the device's work.
 
-    Device d's k-th forward (k = 0 .. M*v - 1) takes microbatches in groups of K per
-    chunk: with ``g, r = divmod(k, K * v)`` it is chunk ``r // K``, microbatch
-    ``g * K + r % K``. Its k-th backward is the same but with the chunk reversed
-    (``v - 1 - r // K``). Order for ``v >= 2``: ``min(2(K-d-1) + (v-1)K, M v)`` warm-up
-    forwards, then one forward one backward, then the remaining backwards. With ``v = 1``
-    it is plain 1F1B (``one_f_one_b``: ``K - d - 1`` warm-up forwards). With ``K = 2, M = 4, v = 2``::
+    Contract (``M = num_microbatches``, F and B the times of a device's whole share):
 
-        device 0 |0F00F11F01F10F2···1B01B00F31B11B11F20B00B01F30B10B1···1B21B2···1B31B30B20B20B30B3|
-        device 1 |···0F00F11F01B01B01F11B11B10F20B00B00F30B10B11F21B21B21F31B31B30B20B20B30B3······|
+    - Returns a new list of K lists; ``schedule[d]`` is device d's actions in order,
+      each ``Action(stage_of(d, chunk, K), "F" or "B", m)``, the forward and the full
+      backward of every microbatch on every one of its chunks exactly once.
+    - Valid: :func:`minitorch.schedules.simulate` places it without a deadlock.
+    - Time: with instant transfers one step takes ``(M + (K - 1)/v)(F + B)``, so the
+      bubble is 1F1B's divided by v in Megatron's convention (idle over compute time:
+      ``(K - 1)/(v M)``); in GPipe's (idle over total time) it is ``(K - 1)/(v M + K - 1)``.
+      With a delay on every transfer between devices, no longer than Megatron-LM's
+      order (pictured below) takes with the same delay.
+    - Memory: device d never holds more microbatches' activations at once (each chunk
+      counting 1/v) than Megatron-LM's order does: 2.5 on device 0 in the picture, 5.5
+      at ``K = 4, M = 8, v = 2``, against 1F1B's 4; the price of the smaller bubble,
+      with v times as many transfers.
+    - ``v = 1`` is plain 1F1B: the same contract as :func:`one_f_one_b`.
 
-    (``1F0``: chunk 1, forward, microbatch 0; each chunk's F takes half a unit.) The
-    bubble is the 1F1B bubble divided by v; the price is v times as many transfers and
-    more microbatches in flight (5.5 instead of 4 on device 0 at K = 4, M = 8, v = 2).
+    Megatron-LM's order for ``K = 2, M = 4, v = 2`` (``1F0``: chunk 1, forward,
+    microbatch 0; each box starts with ``|``; a chunk's F takes 1/2 unit, its B 1 unit;
+    ``·`` idle)::
+
+        device 0 |0F0|0F1|1F0|1F1|0F2····|1B0    |0F3|1B1    |1F2|0B0    |1F3|0B1    ····|1B2    ····|1B3    |0B2    |0B3    |
+        device 1 ····|0F0|0F1|1F0|1B0    |1F1|1B1    |0F2|0B0    |0F3|0B1    |1F2|1B2    |1F3|1B3    |0B2    |0B3    ········|
 
     Args:
-        num_stages: ``K >= 1`` devices.
-        num_microbatches: ``M >= 1``, a multiple of ``K``.
-        num_chunks: ``v >= 1`` chunks per device (``v = 1`` is plain 1F1B).
-
-    All three are ints (not floats, not bools).
-
-    Returns:
-        ``schedule[d]``: device d's actions in order, ``Action(stage_of(d, chunk, K), kind, m)``.
+        num_stages: ``K``, an int ``>= 1``.
+        num_microbatches: ``M``, an int ``>= 1`` and a multiple of ``K``, for every
+            ``v`` (``v = 1`` included: the rule does not depend on v).
+        num_chunks: ``v``, an int ``>= 1``.
 
     Raises:
-        ValueError: a size < 1 (or not an int), or ``num_microbatches % num_stages != 0``.
+        ValueError: at the call, when an argument is not an int (``4.0``, ``"4"``,
+            ``None`` and the bools are not) or is ``< 1``, or when
+            ``num_microbatches % num_stages != 0``.
     """
     # BEGIN SOLUTION 4.2
     for name, value in (("num_stages", num_stages), ("num_microbatches", num_microbatches), ("num_chunks", num_chunks)):
@@ -322,25 +337,33 @@ def run_layers(layers: Sequence[Callable], x: torch.Tensor) -> torch.Tensor:
 
 
 class CheckpointSegment(torch.autograd.Function):
-    """One recomputed segment: ``CheckpointSegment.apply(run_segment, x, *params)``.
+    """One recomputed segment of layers, as an autograd Function:
+    ``CheckpointSegment.apply(run_segment, x, *params)``.
 
-    Forward runs ``run_segment(x)`` without building a graph and keeps only ``x`` (and
-    the random-number state); backward runs ``run_segment`` again from ``x`` with the
-    same random numbers, this time with a graph, and backpropagates through it.
-    ``params`` are the segment's parameters: passing them makes them inputs of this
-    Function, so the output requires grad (and ``backward`` is called) even when ``x``
-    does not, and ``backward`` returns their gradients.
+    Contract:
+
+    - ``run_segment``: a callable taking one tensor and returning one tensor (the
+      segment's layers one after the other); it may draw random numbers (dropout).
+      ``x``: the segment's input, any shape, dtype, device or layout, requiring grad
+      or not. ``params``: the tensors ``run_segment`` uses whose gradients are wanted
+      (the segment's parameters; frozen ones and none at all are allowed).
+    - The value returned, and the gradients that reach ``x`` and every ``params``
+      tensor that requires grad, are bit for bit those of calling ``run_segment(x)``
+      directly with the same random numbers; the output requires grad exactly when
+      ``x`` or one of ``params`` does.
+    - Memory: between forward and backward the Function keeps no tensor that
+      ``run_segment`` computed; ``run_segment`` runs once in forward and once more
+      in each backward.
+    - Random numbers: code that draws after the forward, or after the backward, draws
+      the same numbers as it would after calling ``run_segment(x)`` directly.
+    - Nothing the caller can see changes: ``x`` keeps its values and its
+      ``requires_grad``, and a second backward through the same graph
+      (``retain_graph=True``) gives the same gradients again.
     """
 
     @staticmethod
     def forward(ctx, run_segment: Callable, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
-        """Run the segment (grad mode is already off here); save x, params and RNG states.
-
-        Save tensors with ``ctx.save_for_backward`` and anything else as ``ctx``
-        attributes. Save the CPU generator's state (``torch.get_rng_state()``) and, when
-        ``x`` is on CUDA, that device's (``torch.cuda.get_rng_state(x.device)``): dropout
-        in the segment must draw the same numbers again in backward.
-        """
+        """The segment's output (autograd has switched grad mode off here); see the class."""
         # BEGIN SOLUTION 4.3
         ctx.run_segment = run_segment
         ctx.cpu_rng_state = torch.get_rng_state()
@@ -351,14 +374,8 @@ class CheckpointSegment(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
-        """Recompute the segment from its saved input with a graph; return the gradients.
-
-        Returns one gradient per ``forward`` argument: ``None`` for ``run_segment``, then
-        ``d loss / d x`` and one per param (``None`` where ``ctx.needs_input_grad`` is
-        False). Replay the saved RNG state for the recomputation and put the generator
-        back as it was afterwards, so that backward does not change the random numbers
-        that later code draws.
-        """
+        """One gradient per argument of ``forward``: ``None`` for ``run_segment``, then
+        ``x``'s and each param's (``None`` where ``ctx.needs_input_grad`` is False)."""
         # BEGIN SOLUTION 4.3
         x, *params = ctx.saved_tensors
         x = x.detach().requires_grad_(ctx.needs_input_grad[1])
@@ -382,36 +399,40 @@ class CheckpointSegment(torch.autograd.Function):
 
 
 def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments: int | None = None) -> torch.Tensor:
-    """Run ``layers`` on ``x`` with activation recomputation (hand-written, sqrt(n) checkpoints).
+    """Run ``layers`` on ``x`` with activation recomputation (sqrt(n) checkpoints, by hand).
 
-    Same value and, bit for bit, the same gradients as ``run_layers(layers, x)``, but the
-    forward keeps only each segment's input: the ``n`` layers are cut into ``segments``
-    consecutive segments (``segment_bounds``), each run through ``CheckpointSegment``,
-    and recomputed once in backward. Stored activations ~ ``n/k + k`` for segments of
-    ``k`` layers (segment inputs + one segment being recomputed), least at ``k ~ sqrt(n)``;
-    the price is one extra forward of every layer (lecture 4.3)::
+    Contract (``n = len(layers)``):
 
-        forward   h0 ─[L0 L1 L2]─ h3 ─[L3 L4 L5]─ h6 ─[L6 L7 L8]─ h9   keep h0, h3, h6
-        backward  recompute L6 L7 L8 from h6, backprop; then L3 L4 L5 from h3; ...
+    - Returns ``run_layers(layers, x)``: the same value and, bit for bit, the same
+      gradients for ``x`` (when it requires grad) and for every parameter of every
+      ``nn.Module`` layer that requires grad, dropout included.
+    - The layers are cut into ``segments`` consecutive pieces as
+      :func:`segment_bounds` cuts them; each is a :class:`CheckpointSegment`.
+      After the forward only the inputs of the segments are kept; the backward
+      recomputes one segment at a time, so every layer runs exactly once in the
+      forward and exactly once more in the backward, the last segment's included.
+    - Random numbers, the caller's ``x`` and a second backward: as
+      :class:`CheckpointSegment` promises.
+    - Works on any call: other layers, sizes, dtypes and shapes than the previous call.
+      Do not use ``torch.utils.checkpoint``.
 
-    Each layer's forward therefore runs exactly twice (once in forward, once in
-    backward), the last segment included. Layers with dropout give the same masks in
-    both runs because the RNG state is replayed. Do not use ``torch.utils.checkpoint``.
+    The memory it saves is a written question (REPORT.md, Q5)::
+
+        forward   h0 -[L0 L1 L2]- h3 -[L3 L4 L5]- h6 -[L6 L7 L8]- h9   keeps h0, h3, h6
 
     Args:
-        layers: a non-empty sequence of callables: ``nn.Module`` s (an ``nn.Sequential``
-            works) or plain functions such as ``torch.tanh``, which have no parameters.
-            Parameters of ``nn.Module`` layers get gradients.
-        x: the input tensor (any device; may or may not require grad).
-        segments: number of segments, an int in ``1 .. len(layers)``; ``None`` means
-            ``round(sqrt(len(layers)))``.
-
-    Returns:
-        The output of the last layer; differentiable w.r.t. ``x`` and the parameters.
+        layers: a non-empty sequence (list, tuple, ``nn.ModuleList``, ``nn.Sequential``)
+            of callables: ``nn.Module`` s, with or without parameters, frozen or not, or
+            plain functions such as ``torch.tanh``.
+        x: the input tensor: any shape, dtype, device, contiguous or not; may or may
+            not require grad.
+        segments: an int in ``1 .. n``; ``None`` means ``round(sqrt(n))``, rounded to the
+            nearest int (``n = 7``: 3 segments; ``n = 10``: 3).
 
     Raises:
-        ValueError: no layers, a layer that is not callable, ``x`` not a tensor, or
-            ``segments`` not an int in ``1 .. len(layers)``.
+        ValueError: at the call, for no layers, a layer that is not callable, ``x``
+            not a tensor, or ``segments`` not an int in ``1 .. n`` (bools are not ints
+            here).
     """
     # BEGIN SOLUTION 4.3
     layers = list(layers)
@@ -431,4 +452,187 @@ def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments:
         params = {id(p): p for layer in segment if isinstance(layer, nn.Module) for p in layer.parameters()}
         x = CheckpointSegment.apply(lambda h, segment=segment: run_layers(segment, h), x, *params.values())
     return x
+    # END SOLUTION
+
+
+# ---------------------------------------------------------------- Problem 5: plan a 3D-parallel run
+#
+# N = t * p * d GPUs: tensor-parallel groups of t GPUs, pipelines of p stages, d data-parallel
+# replicas of the whole pipeline. minitorch.cost_model (provided) holds Model, Cluster and
+# Estimate, the lecture's models and clusters, and prints tables of YOUR estimates
+# (python -m minitorch.cost_model). The write-up's "The cost model" section says what the
+# estimate counts; the formulas are the lecture's (section 6) and the write-up's hints.
+
+
+def estimate(model: Model, cluster: Cluster, batch: int, t: int, p: int, microbatch: int = 1) -> Estimate:
+    """The cost model's estimate of one training step of ``model`` on ``cluster`` with
+    tensor-parallel size ``t``, ``p`` pipeline stages and ``d = cluster.gpus / (t * p)``
+    data-parallel replicas, training under 1F1B with full activation recomputation.
+
+    A plan ``(t, p)`` is *valid* for a model, cluster, batch and microbatch size when
+    ``t * p`` divides the GPUs, ``p`` divides the layers, ``t`` divides the attention heads
+    and the batch splits into ``d`` equal shares of whole microbatches. ``t`` need not be a
+    power of two and may be larger than a node (the plan is valid; its tensor-parallel
+    traffic then leaves the node).
+
+    Args:
+        model: a :class:`Model` (any sizes); not changed.
+        cluster: a :class:`Cluster` (any sizes and speeds); not changed.
+        batch: the global batch, in sequences: an int >= 1.
+        t, p: ints >= 1.
+        microbatch: sequences per microbatch: an int >= 1.
+
+    Returns:
+        A new :class:`Estimate`: the plan's ``t``, ``p``, ``d``; ``microbatches``, the
+        microbatches each pipeline runs per step; the five time terms in seconds
+        (``compute_s``, ``bubble_s``, ``tensor_parallel_s``, ``pipeline_s``,
+        ``data_parallel_s``) and the two memory terms per GPU in bytes (``state_bytes``,
+        ``activation_bytes``), each exactly what the write-up's cost model counts;
+        ``flops_per_gpu``, the model FLOPs one GPU does per step (recomputation included);
+        ``memory_limit``, the cluster's memory per GPU.
+
+    Guarantees:
+        Every number within relative 1e-6 of the cost model's value (a term the model makes
+        zero is zero within 1e-9 of the step time or of the memory limit). Calls are
+        independent: no state is kept between them.
+
+    Raises:
+        ValueError: at the call, when ``batch``, ``t``, ``p`` or ``microbatch`` is not an
+            int >= 1 (a bool is not one), or when the plan is not valid; the message says
+            which condition failed.
+    """
+    # BEGIN SOLUTION 5.1
+    for name, value in (("batch", batch), ("t", t), ("p", p), ("microbatch", microbatch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if cluster.gpus % (t * p):
+        raise ValueError(f"t * p = {t * p} must divide the {cluster.gpus} GPUs")
+    if model.layers % p:
+        raise ValueError(f"p = {p} must divide the {model.layers} layers")
+    if model.heads % t:
+        raise ValueError(f"t = {t} must divide the {model.heads} heads")
+    d = cluster.gpus // (t * p)
+    if batch % (d * microbatch):
+        raise ValueError(f"batch {batch} must split into d = {d} replicas of {microbatch}-sequence microbatches")
+    m = batch // (d * microbatch)
+    L, h, s, a, V = model.layers, model.hidden, model.seq_len, model.heads, model.vocab
+    flops = 96 * batch * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))  # Narayanan et al. 2021, eq. 3
+    flops_per_gpu = flops / cluster.gpus
+    compute = flops_per_gpu / (cluster.peak_flops * cluster.efficiency)
+
+    def ring_all_reduce(num_bytes: float, ranks: int, bandwidth: float) -> float:
+        return 2 * (ranks - 1) / ranks * num_bytes / bandwidth
+
+    activation = 2 * s * microbatch * h  # one 16-bit b x s x h tensor
+    tp_link = cluster.nvlink_bytes_per_s if t <= cluster.gpus_per_node else cluster.ib_bytes_per_s
+    tensor_parallel = 6 * m * (L // p) * ring_all_reduce(activation, t, tp_link)
+    pipeline = m * 2 * activation / t / cluster.ib_bytes_per_s if p > 1 else 0.0
+    local_parameters = model.parameters / (t * p)
+    data_parallel = ring_all_reduce(2 * local_parameters, d, cluster.ib_bytes_per_s)
+    stored_inputs = min(p, m) * (L // p) * activation
+    working_layer = s * microbatch * h * (10 + 24 / t + 5 * a * s / (h * t))  # Korthikanti et al. 2022
+    return Estimate(
+        t=t, p=p, d=d, microbatches=m,
+        compute_s=compute, bubble_s=compute * (p - 1) / m,
+        tensor_parallel_s=tensor_parallel, pipeline_s=pipeline, data_parallel_s=data_parallel,
+        state_bytes=16 * local_parameters, activation_bytes=stored_inputs + working_layer,
+        flops_per_gpu=flops_per_gpu, memory_limit=cluster.memory_bytes,
+    )
+    # END SOLUTION
+
+
+def best_plan(model: Model, cluster: Cluster, batch: int, microbatch: int = 1) -> Estimate | None:
+    """The fastest valid plan that fits in memory, or ``None`` when none fits.
+
+    Every valid ``(t, p)`` (as :func:`estimate` defines valid, for this ``batch`` and
+    ``microbatch``) is a candidate. A plan *fits* when its ``memory_bytes`` is at most the
+    cluster's memory per GPU (``Estimate.fits``). Each candidate's time and memory are the
+    ones this module's ``estimate`` returns for it, looked up when ``best_plan`` runs.
+
+    Args:
+        model, cluster: as for :func:`estimate`; not changed.
+        batch, microbatch: ints >= 1, as for :func:`estimate`.
+
+    Returns:
+        The :class:`Estimate` of the fitting plan with the smallest ``step_s`` (when several
+        are within relative 1e-9 of the smallest, any one of them), or ``None`` when no valid
+        plan fits, including when no plan is valid at all.
+
+    Guarantees:
+        Calls are independent: no state is kept between them.
+
+    Raises:
+        ValueError: at the call, when ``batch`` or ``microbatch`` is not an int >= 1 (a bool
+            is not one).
+    """
+    # BEGIN SOLUTION 5.2
+    for name, value in (("batch", batch), ("microbatch", microbatch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+    def divisors(n: int) -> list[int]:
+        return [k for k in range(1, n + 1) if n % k == 0]
+
+    fastest = None
+    for t in divisors(math.gcd(cluster.gpus, model.heads)):
+        for p in divisors(model.layers):
+            if cluster.gpus % (t * p) or batch % (cluster.gpus // (t * p) * microbatch):
+                continue
+            plan = estimate(model, cluster, batch, t, p, microbatch)
+            if plan.fits and (fastest is None or plan.step_s < fastest.step_s):
+                fastest = plan
+    return fastest
+def train_step(
+    workers: StageWorkers,
+    stages: Sequence[nn.Module],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    num_microbatches: int,
+) -> StepReport:
+    """One training step (forward and backward; the optimizer step is the caller's) of a
+    pipelined model, run by YOUR schedules through the provided executor
+    (:func:`minitorch.executor.run_schedule`).
+
+    Contract (``K = workers.num_stages`` devices, ``v = len(stages) / K`` chunks each,
+    ``M = num_microbatches``):
+
+    - ``stages[s]`` is stage ``s`` of the model, already on device ``s % K``
+      (``workers.devices[s % K]``); the model is the stages one after the other.
+    - The step follows :func:`one_f_one_b` when ``v = 1`` and
+      :func:`interleaved_one_f_one_b` when ``v >= 2``: every device runs exactly the
+      actions of its row of that schedule, in that order.
+    - Gradients: afterwards every parameter's ``.grad`` has grown by the gradient of
+      the mean of ``loss_fn`` over the whole batch, run through all stages without a
+      pipeline (within floating-point rounding); ``inputs`` and ``targets`` are split
+      along dim 0 into M microbatches.
+    - Memory: the peak number of microbatches whose activations a device holds, as
+      measured while the step runs, is what ``minitorch.schedules.simulate`` predicts
+      for that schedule (``Timeline.peak_in_flight``).
+    - Returns the executor's :class:`~minitorch.executor.StepReport` (the batch loss,
+      what each device ran, the peaks).
+    - Bounded: an error in a stage is raised, not hung on; no wait lasts longer than
+      ``workers.timeout``.
+
+    Args:
+        workers: the provided :class:`~minitorch.runtime.StageWorkers`, one per device.
+        stages: ``K * v >= 1`` ``nn.Module`` s, a multiple of ``K``.
+        inputs, targets: ``[batch, ...]`` tensors with ``batch >= M``.
+        loss_fn: ``loss_fn(output, target)``, the mean loss of a microbatch.
+        num_microbatches: ``M``, an int ``>= 1``; a multiple of ``K`` when ``v >= 2``.
+
+    Raises:
+        ValueError: ``len(stages)`` is not a positive multiple of ``K``, or ``M`` is not
+            valid for the schedule (as your schedule functions raise it).
+    """
+    # BEGIN SOLUTION 4.4
+    num_devices = workers.num_stages
+    if not stages or len(stages) % num_devices:
+        raise ValueError(f"{len(stages)} stages cannot be spread evenly over {num_devices} devices")
+    num_chunks = len(stages) // num_devices
+    if num_chunks == 1:
+        schedule = one_f_one_b(num_devices, num_microbatches)
+    else:
+        schedule = interleaved_one_f_one_b(num_devices, num_microbatches, num_chunks)
+    return run_schedule(workers, stages, schedule, inputs, targets, loss_fn)
     # END SOLUTION

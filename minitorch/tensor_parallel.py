@@ -21,9 +21,16 @@ Conventions used throughout this file
 * Layers are built on the CPU; move them with ``.to(device)`` afterwards (nccl needs CUDA).
 * Communicate only through ``torch.distributed`` collectives (``all_reduce``, ``all_gather``,
   ``reduce_scatter``, ...) on the default group. gloo (CPU) supports all of these.
-* Inputs may be non-contiguous (a transposed or sliced tensor). No op changes its input, nor
-  the gradient handed to its backward: both may still be used by the caller (collectives work
-  in place, so they work on a new tensor).
+* Inputs may be non-contiguous (a transposed or sliced tensor), float32 or float64, of any
+  number of dimensions the function's contract allows; outputs have the input's dtype.
+* The caller's objects are the caller's: no function or layer changes (in place) a tensor it is
+  given (inputs, targets, logits, master tensors) nor the gradient handed to its backward, and
+  no parameter is a view of a master tensor.
+* Module state that depends on t or the rank is computed when an object is built or called,
+  never when this file is imported: the file may be imported before the process group exists.
+* Tolerance: in float64 every result (outputs, input gradients, parameter gradients) equals the
+  dense single-process computation within 1e-10 relative to its largest entry; sharding only
+  reorders sums.
 """
 from __future__ import annotations
 
@@ -184,7 +191,7 @@ def _reduce_scatter_along_first_dim(x: Tensor) -> Tensor:
 # Problem 3.1: ... as autograd Functions (Megatron-LM, Fig. 3 of Shoeybi et al. 2019)
 # ======================================================================================
 class _CopyToModelParallelRegion(torch.autograd.Function):
-    """f: identity in forward, all-reduce (sum) of the gradient in backward."""
+    """``copy_to_tensor_model_parallel_region`` (see its contract)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -200,7 +207,7 @@ class _CopyToModelParallelRegion(torch.autograd.Function):
 
 
 class _ReduceFromModelParallelRegion(torch.autograd.Function):
-    """g: all-reduce (sum) in forward, identity in backward."""
+    """``reduce_from_tensor_model_parallel_region`` (see its contract)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -216,7 +223,7 @@ class _ReduceFromModelParallelRegion(torch.autograd.Function):
 
 
 class _ScatterToModelParallelRegion(torch.autograd.Function):
-    """Keep this rank's last-dim block in forward; all-gather the gradient in backward."""
+    """``scatter_to_tensor_model_parallel_region`` (see its contract)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -232,7 +239,7 @@ class _ScatterToModelParallelRegion(torch.autograd.Function):
 
 
 class _GatherFromModelParallelRegion(torch.autograd.Function):
-    """All-gather along the last dim in forward; keep this rank's block of the gradient."""
+    """``gather_from_tensor_model_parallel_region`` (see its contract)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -248,7 +255,7 @@ class _GatherFromModelParallelRegion(torch.autograd.Function):
 
 
 class _ScatterToSequenceParallelRegion(torch.autograd.Function):
-    """Keep this rank's sequence block in forward; all-gather the gradient in backward."""
+    """``scatter_to_sequence_parallel_region`` (see its contract)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -264,11 +271,7 @@ class _ScatterToSequenceParallelRegion(torch.autograd.Function):
 
 
 class _GatherFromSequenceParallelRegion(torch.autograd.Function):
-    """All-gather the sequence in forward; reduce-scatter the gradient in backward.
-
-    The gathered tensor feeds a column-parallel layer, whose input gradient on each rank is
-    only a partial sum (like f's): backward sums it over ranks and keeps this rank's block.
-    """
+    """``gather_from_sequence_parallel_region`` (see its contract)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -284,7 +287,7 @@ class _GatherFromSequenceParallelRegion(torch.autograd.Function):
 
 
 class _ReduceScatterToSequenceParallelRegion(torch.autograd.Function):
-    """Reduce-scatter along the sequence in forward; all-gather the gradient in backward."""
+    """``reduce_scatter_to_sequence_parallel_region`` (see its contract)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -299,42 +302,87 @@ class _ReduceScatterToSequenceParallelRegion(torch.autograd.Function):
         # END SOLUTION
 
 
-def copy_to_tensor_model_parallel_region(x: Tensor) -> Tensor:
-    """f: forward ``x`` unchanged (every rank already has all of it); backward all-reduces.
+# Common to the communication ops: ``x`` may have any dtype and layout (contiguous or not)
+# and any number of dimensions (at least one); the result has ``x``'s dtype. The op never
+# changes ``x`` in place, nor, in backward, the gradient autograd hands it. The gradient
+# passed back is the exact gradient of the dense computation the op stands for, and calling
+# an op again with other shapes works. With no process group (t = 1) an op is the identity
+# in both directions and issues no collective. A size that t does not divide raises
+# ``ValueError`` before any communication, on every rank.
 
-    Used where a replicated tensor enters per-rank computation: each rank's gradient with
-    respect to ``x`` covers only its own shard of the weights, so the full gradient is the sum.
+
+def copy_to_tensor_model_parallel_region(x: Tensor) -> Tensor:
+    """f (Megatron-LM): marks where a tensor that every rank holds whole enters per-rank work.
+
+    Forward: returns ``x`` unchanged in value. Backward: the gradient passed back equals the
+    SUM over ranks of the gradients the ranks' outputs received.
+    Communication: forward none; backward at most one all-reduce of ``x.numel()`` elements.
+    The contract common to the communication ops (comment above) holds too.
     """
     return _CopyToModelParallelRegion.apply(x)
 
 
 def reduce_from_tensor_model_parallel_region(x: Tensor) -> Tensor:
-    """g: forward sums the ranks' partial results (all-reduce); backward is the identity."""
+    """g (Megatron-LM): the conjugate of f.
+
+    Forward: returns the sum over ranks of their ``x`` (same shape, on every rank). Backward:
+    the gradient passed back equals the gradient this rank's output received.
+    Communication: forward at most one all-reduce of ``x.numel()`` elements; backward none.
+    The contract common to the communication ops (the comment above) holds too.
+    """
     return _ReduceFromModelParallelRegion.apply(x)
 
 
 def scatter_to_tensor_model_parallel_region(x: Tensor) -> Tensor:
-    """``[..., n]`` -> this rank's ``[..., n/t]`` block; backward all-gathers the gradient."""
+    """``[..., n]`` (the same on every rank) -> this rank's block ``[..., n/t]`` of the last dim.
+
+    Block r is ``x[..., r*n/t:(r+1)*n/t]``. Backward: the gradient of the whole ``[..., n]``
+    (each rank's output gradient in its own block). Forward communicates nothing.
+    Raises ValueError when t does not divide n.
+    The contract common to the communication ops (the comment above) holds too.
+    """
     return _ScatterToModelParallelRegion.apply(x)
 
 
 def gather_from_tensor_model_parallel_region(x: Tensor) -> Tensor:
-    """``[..., n/t]`` on each rank -> ``[..., n]`` (rank order); backward keeps this rank's block."""
+    """Rank r's ``[..., n/t]`` block -> ``[..., n]`` on every rank, blocks in rank order.
+
+    Backward: this rank's block of the output gradient. At most one collective each way,
+    moving at most the output's elements.
+    The contract common to the communication ops (the comment above) holds too.
+    """
     return _GatherFromModelParallelRegion.apply(x)
 
 
 def scatter_to_sequence_parallel_region(x: Tensor) -> Tensor:
-    """``[s, ...]`` -> this rank's ``[s/t, ...]`` block; backward all-gathers the gradient."""
+    """``[s, ...]`` (the same on every rank) -> this rank's block ``[s/t, ...]`` of dim 0.
+
+    Backward: the gradient of the whole ``[s, ...]``. Forward communicates nothing.
+    Raises ValueError when t does not divide s.
+    The contract common to the communication ops (the comment above) holds too.
+    """
     return _ScatterToSequenceParallelRegion.apply(x)
 
 
 def gather_from_sequence_parallel_region(x: Tensor) -> Tensor:
-    """``[s/t, ...]`` on each rank -> ``[s, ...]``; backward reduce-scatters the gradient."""
+    """Rank r's ``[s/t, ...]`` block -> ``[s, ...]`` on every rank, blocks in rank order.
+
+    The gathered tensor feeds per-rank work (like f's output does): the gradient passed back to
+    rank r is block r of the SUM over ranks of the output gradients. At most one collective
+    each way, moving at most ``s * ...`` elements.
+    The contract common to the communication ops (the comment above) holds too.
+    """
     return _GatherFromSequenceParallelRegion.apply(x)
 
 
 def reduce_scatter_to_sequence_parallel_region(x: Tensor) -> Tensor:
-    """Partial ``[s, ...]`` on each rank -> summed ``[s/t, ...]`` block; backward all-gathers."""
+    """Partial sums ``[s, ...]`` on every rank -> block r ``[s/t, ...]`` of their sum.
+
+    Backward: the gradient of the whole ``[s, ...]`` (this rank's output gradient in block r,
+    every rank's in its own block). Forward moves at most what one all-reduce of ``x`` moves,
+    half of it with the right collective. Raises ValueError when t does not divide s.
+    The contract common to the communication ops (the comment above) holds too.
+    """
     return _ReduceScatterToSequenceParallelRegion.apply(x)
 
 
@@ -342,22 +390,29 @@ def reduce_scatter_to_sequence_parallel_region(x: Tensor) -> Tensor:
 # Problem 3.2: column- and row-parallel linear layers
 # ======================================================================================
 class ColumnParallelLinear(nn.Module):
-    """``Y = X A^T + b`` with the OUTPUT features split: rank r holds rows of ``A``.
+    """The lecture's ``Y = X·A + b`` with ``A`` split by COLUMNS (output features) over the ranks.
 
-    In the lecture's notation (``Y = X·A``) this splits ``A`` by columns; in ``nn.Linear``'s
-    ``weight`` (``[out, in]``) it is a block of rows.
+    ``nn.Linear`` stores ``A`` transposed: ``master["weight"]`` is ``[out, in]`` and the dense
+    layer is ``F.linear(X, weight, bias)``. Built from the dense layer's master tensors
+    (``{"weight": [out, in], "bias": [out]}``, no ``"bias"`` when ``bias=False``) or, without
+    ``master``, from ``master_linear(in, out, bias, seed=seed, dtype=dtype)``.
 
-    Parameters on rank r: ``weight`` ``[out/t, in]`` = ``master["weight"][r-th block of rows]``,
-    ``bias`` ``[out/t]`` = ``master["bias"][r-th block]`` (``None`` when ``bias=False``).
+    Parameters on rank r (the grader reads them): ``weight`` ``[out/t, in]``, block r of the
+    master weight's rows, and ``bias`` ``[out/t]``, block r of the master bias (``None`` when
+    ``bias=False``); copies, not views, of the master tensors.
 
-    Forward: ``[s, b, in]`` (replicated on every rank) -> ``[s, b, out/t]``, this rank's block
-    of output features, or ``[s, b, out]`` on every rank when ``gather_output=True``.
-    The replicated input passes through f (``copy_to_tensor_model_parallel_region``) so that
-    its gradient is summed over ranks.
+    Accepts ``x`` ``[..., in]`` (at least 1-D; the same on every rank), float32 or float64,
+    contiguous or not. Returns ``[..., out/t]``: block r of the dense layer's output features,
+    or the whole ``[..., out]`` on every rank with ``gather_output=True``. Guarantees: equal to
+    the dense layer (tolerance: see the top of this file), and so are the gradients of ``x``
+    (the whole dense gradient, on every rank) and of this rank's parameters (block r of the
+    dense gradients). Communication budget of the forward: none (``gather_output=True``: one
+    gather of the output).
 
-    ``sequence_parallel=True`` (Problem 3.5): the input is this rank's sequence block
-    ``[s/t, b, in]``; it is all-gathered along the sequence
-    (``gather_from_sequence_parallel_region``) instead of passing through f.
+    ``sequence_parallel=True`` (Problem 3.5): ``x`` is this rank's sequence block
+    ``[s/t, b, in]`` of the whole ``[s, b, in]``; the output is block r of the features of the
+    whole sequence, ``[s, b, out/t]``; the forward may move the input once (``(t-1)/t·s·b·in``
+    elements per rank).
 
     Raises ValueError when t does not divide ``out_features``, or when ``master`` does not
     have the shapes of ``nn.Linear(in_features, out_features, bias)``.
@@ -377,7 +432,8 @@ class ColumnParallelLinear(nn.Module):
         self.bias = nn.Parameter(bias_) if bias_ is not None else None
 
     def shard(self, master: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
-        """This rank's ``(weight [out/t, in], bias [out/t] or None)``, copied from ``master``.
+        """This rank's ``(weight [out/t, in], bias [out/t] or None)``, new tensors with the
+        values of its blocks of ``master`` (``master`` is left as it was).
 
         Raises ValueError when t does not divide ``out_features``.
         """
@@ -391,7 +447,7 @@ class ColumnParallelLinear(nn.Module):
         # END SOLUTION
 
     def forward(self, x: Tensor) -> Tensor:
-        """``[s, b, in]`` -> ``[s, b, out/t]`` (or ``[s, b, out]`` with ``gather_output``)."""
+        """``[..., in]`` -> ``[..., out/t]`` (or ``[..., out]`` with ``gather_output``)."""
         # BEGIN SOLUTION 3.2
         if self.sequence_parallel:
             x = gather_from_sequence_parallel_region(x)
@@ -403,22 +459,24 @@ class ColumnParallelLinear(nn.Module):
 
 
 class RowParallelLinear(nn.Module):
-    """``Y = X A^T + b`` with the INPUT features split: rank r holds columns of ``weight``.
+    """The lecture's ``Y = X·A + b`` with ``A`` split by ROWS (input features) over the ranks.
 
-    In the lecture's notation (``Y = X·A``) this splits ``A`` by rows.
+    Built like ``ColumnParallelLinear`` (same master tensors, same ``seed`` rule).
+    Parameters on rank r (the grader reads them): ``weight`` ``[out, in/t]``, block r of the
+    master weight's columns; ``bias`` ``[out]``, the whole master bias on every rank (``None``
+    when ``bias=False``); copies, not views, of the master tensors.
 
-    Parameters on rank r: ``weight`` ``[out, in/t]`` = ``master["weight"][:, r-th block]``;
-    ``bias`` ``[out]`` is the WHOLE master bias, replicated: it is added once, after the
-    partial products are summed (adding it before would add it t times).
+    Accepts ``x`` ``[..., in/t]``, block r of the input features (``input_is_parallel=True``),
+    or the whole ``[..., in]``, the same on every rank (``input_is_parallel=False``); at least
+    1-D, float32 or float64, contiguous or not. Returns the dense layer's whole output
+    ``[..., out]`` on every rank. Guarantees: equal to the dense layer, and so are the
+    gradients of ``x`` (its block, or the whole gradient with ``input_is_parallel=False``) and
+    of the parameters (block r of the weight's gradient; the whole bias gradient, identical on
+    every rank). Communication budget of the forward: one all-reduce of the output.
 
-    Forward: ``[s, b, in/t]`` (this rank's block of input features, ``input_is_parallel=True``)
-    or ``[s, b, in]`` replicated (``input_is_parallel=False``: the layer scatters it) ->
-    ``[s, b, out]`` on every rank, summed with g (``reduce_from_tensor_model_parallel_region``).
-
-    ``sequence_parallel=True`` (Problem 3.5): the partial products are reduce-scattered
-    along the sequence (``reduce_scatter_to_sequence_parallel_region``) instead of all-reduced;
-    the output is this rank's ``[s/t, b, out]`` block (bias still added once, after; as each
-    rank adds it to its own block of the sequence only, its gradient must be summed over ranks).
+    ``sequence_parallel=True`` (Problem 3.5): the output is this rank's sequence block
+    ``[s/t, b, out]`` of the dense output; the forward may move at most what one
+    reduce-scatter of the output moves; the bias gradient is still the whole, identical one.
 
     Raises ValueError when t does not divide ``in_features``, or when ``master`` does not
     have the shapes of ``nn.Linear(in_features, out_features, bias)``.
@@ -439,7 +497,8 @@ class RowParallelLinear(nn.Module):
         self.bias = nn.Parameter(bias_) if bias_ is not None else None
 
     def shard(self, master: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
-        """This rank's ``(weight [out, in/t], bias [out] or None)``, copied from ``master``.
+        """This rank's ``(weight [out, in/t], bias [out] or None)``, new tensors with the
+        values of its block of ``master`` (``master`` is left as it was).
 
         Raises ValueError when t does not divide ``in_features``.
         """
@@ -452,7 +511,7 @@ class RowParallelLinear(nn.Module):
         # END SOLUTION
 
     def forward(self, x: Tensor) -> Tensor:
-        """``[s, b, in/t]`` (or ``[s, b, in]``) -> ``[s, b, out]`` (``[s/t, b, out]`` with SP)."""
+        """``[..., in/t]`` (or ``[..., in]``) -> ``[..., out]`` (``[s/t, b, out]`` with SP)."""
         # BEGIN SOLUTION 3.2
         if not self.input_is_parallel:
             x = scatter_to_tensor_model_parallel_region(x)
@@ -478,22 +537,44 @@ def _linear_shapes(in_features: int, out_features: int, bias: bool) -> dict[str,
 # ======================================================================================
 # Problem 3.3: MLP, self-attention, transformer layer
 # ======================================================================================
+# Common to the parallel modules (construction contract; the grader relies on it):
+# every rank calls the constructor with the same arguments. ``master`` holds the DENSE
+# module's tensors under the names listed for it (the names of the dense module's
+# ``state_dict``); without ``master`` they are drawn from ``seed`` and ``dtype`` (each
+# ``nn.Linear`` with ``master_linear``, LayerNorms as ones and zeros), identically on every
+# rank, so the module equals the dense module built from those tensors. How the weights are
+# split over the ranks is yours, with one budget: each rank holds at most 1/t of the elements
+# of every dense weight MATRIX (vectors, such as biases and LayerNorm weights, may be
+# replicated). Parameters are ``nn.Parameter`` s reachable from ``parameters()``, never views
+# of the master tensors, which are left as they were.
+#
+# Forward accepts ``[s, b, h]`` activations (s, b >= 1, any sizes between calls), float32 or
+# float64 (the dtype of the parameters), contiguous or not, the same on every rank; with
+# ``sequence_parallel=True`` rank r's block ``[s/t, b, h]`` of the sequence instead. It
+# returns the dense module's output (rank r's sequence block with ``sequence_parallel``).
+# After ``backward``, the input gradient is the dense one (its block), and every parameter's
+# ``.grad`` is the gradient of the dense loss with respect to that parameter: one SGD step
+# ``p -= lr * p.grad`` on every rank leaves the module equal to the dense module after the
+# same step. Nothing is cached between calls. Communication: the budget given per module,
+# for the forward; the backward may spend more to save memory.
+
+
 class ParallelMLP(nn.Module):
-    """``Z = GeLU(X A^T + a) B^T + b``: ``fc1`` column-parallel, ``fc2`` row-parallel.
+    """The dense MLP ``Z = GeLU(X·A + a)·B + b`` (exact erf GeLU, ``F.gelu``), tensor-parallel.
 
-    GeLU is the exact (erf) one, ``F.gelu``; it acts on each rank's own block of hidden
-    units, so the forward needs exactly ONE all-reduce (inside ``fc2``) and no other
-    communication (the backward needs one, in ``fc1``'s f).
-
-    Master tensors (the dense MLP): ``fc1.weight [ffn, h]``, ``fc1.bias [ffn]``,
-    ``fc2.weight [h, ffn]``, ``fc2.bias [h]``.
-    Forward: ``[s, b, h]`` -> ``[s, b, h]`` (``[s/t, b, h]`` -> ``[s/t, b, h]`` with
-    ``sequence_parallel``). Raises ValueError when t does not divide ``ffn_hidden_size``.
+    Master tensors: ``fc1.weight [ffn, h]``, ``fc1.bias [ffn]``, ``fc2.weight [h, ffn]``,
+    ``fc2.bias [h]`` (``fc1`` and ``fc2`` are ``nn.Linear(h, ffn)`` and ``nn.Linear(ffn, h)``;
+    without ``master``: ``fc1`` from ``seed``, ``fc2`` from ``seed + 1``).
+    Forward communication budget: the elements of ONE all-reduce of the output ``[s, b, h]``
+    (with ``sequence_parallel``: one reduce-scatter and one all-gather of ``[s, b, h]``).
+    Raises ValueError when t does not divide ``ffn_hidden_size``.
+    The construction contract common to the parallel modules (the comment above) holds too.
     """
 
     def __init__(self, hidden_size: int, ffn_hidden_size: int, *, sequence_parallel: bool = False,
                  seed: int = 0, dtype: torch.dtype | None = None,
                  master: dict[str, Tensor] | None = None):
+        # BEGIN SOLUTION 3.3
         super().__init__()
         master = master or {}
         self.fc1 = ColumnParallelLinear(hidden_size, ffn_hidden_size, sequence_parallel=sequence_parallel,
@@ -501,6 +582,7 @@ class ParallelMLP(nn.Module):
         self.fc2 = RowParallelLinear(ffn_hidden_size, hidden_size, input_is_parallel=True,
                                      sequence_parallel=sequence_parallel, seed=seed + 1, dtype=dtype,
                                      master=submaster(master, "fc2") or None)
+        # END SOLUTION
 
     def forward(self, x: Tensor) -> Tensor:
         """``[s, b, h]`` -> ``[s, b, h]``."""
@@ -510,28 +592,29 @@ class ParallelMLP(nn.Module):
 
 
 class ParallelSelfAttention(nn.Module):
-    """Multi-head CAUSAL self-attention split by heads: rank r computes heads
-    ``[r·n/t, (r+1)·n/t)``.
+    """Multi-head CAUSAL self-attention (``causal=False``: every position attends to all),
+    tensor-parallel.
 
-    Q, K and V are one column-parallel layer ``qkv`` whose weight on rank r is
-    ``cat([Wq_r, Wk_r, Wv_r])`` of shape ``[3h/t, h]`` (``W_r`` = rows of rank r's heads; the
-    bias likewise), so each rank gets whole heads and the replicated input goes through f
-    once. The output projection ``out`` is row-parallel: one all-reduce in forward.
-
-    Attention of a head: ``softmax(q k^T / sqrt(d) + causal mask) v`` with
-    ``d = h / num_heads``; position i attends to positions ``<= i`` (``causal=False``: all).
-    Master tensors (the dense attention): ``q.weight``, ``k.weight``, ``v.weight``,
-    ``out.weight`` ``[h, h]`` and ``q.bias``, ``k.bias``, ``v.bias``, ``out.bias`` ``[h]``.
-    Forward: ``[s, b, h]`` -> ``[s, b, h]`` (``[s/t, b, h]`` each way with
-    ``sequence_parallel``: attention itself always sees the whole sequence).
-
-    Raises ValueError when t does not divide ``num_heads`` or ``num_heads`` does not
-    divide ``hidden_size``.
+    The dense module: ``q = X·Aq + aq``, likewise ``k``, ``v``; head i of ``d = h/num_heads``
+    features is ``softmax(q_i·k_iᵀ/√d + mask)·v_i`` where position j attends to positions
+    ``<= j``; the heads, concatenated, go through ``out``. This equals
+    ``nn.MultiheadAttention(h, num_heads)`` with ``in_proj_weight = cat([q.weight, k.weight,
+    v.weight])``. Every projection has a bias.
+    Master tensors: ``q.weight``, ``k.weight``, ``v.weight``, ``out.weight`` ``[h, h]`` and
+    ``q.bias``, ``k.bias``, ``v.bias``, ``out.bias`` ``[h]`` (without ``master``: q, k, v, out
+    from ``seed``, ``seed + 1``, ``seed + 2``, ``seed + 3``).
+    Forward communication budget: ONE all-reduce of the output ``[s, b, h]`` (with
+    ``sequence_parallel``: one reduce-scatter and one all-gather of ``[s, b, h]``); attention
+    itself always sees the whole sequence.
+    Raises ValueError when t does not divide ``num_heads`` or ``num_heads`` does not divide
+    ``hidden_size``.
+    The construction contract common to the parallel modules (the comment above) holds too.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, *, causal: bool = True,
                  sequence_parallel: bool = False, seed: int = 0, dtype: torch.dtype | None = None,
                  master: dict[str, Tensor] | None = None):
+        # BEGIN SOLUTION 3.3
         super().__init__()
         if hidden_size % num_heads != 0:
             raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
@@ -544,13 +627,19 @@ class ParallelSelfAttention(nn.Module):
                                                       dtype=dtype).items()}
         check_master(master, {f"{name}.{key}": shape for name in names
                               for key, shape in _linear_shapes(hidden_size, hidden_size, True).items()})
+        # One column-parallel projection whose block r is cat([q_r, k_r, v_r]): whole heads per rank.
+        world_size, fused = get_world_size(), {}
+        for key in ("weight", "bias"):
+            per_rank = zip(*(master[f"{name}.{key}"].chunk(world_size, dim=0) for name in ("q", "k", "v")))
+            fused[key] = torch.cat([torch.cat(blocks) for blocks in per_rank])
         self.qkv = ColumnParallelLinear(hidden_size, 3 * hidden_size, sequence_parallel=sequence_parallel,
-                                        master=_interleave_qkv(master, get_world_size()))
+                                        master=fused)
         self.out = RowParallelLinear(hidden_size, hidden_size, input_is_parallel=True,
                                      sequence_parallel=sequence_parallel, master=submaster(master, "out"))
+        # END SOLUTION
 
     def forward(self, x: Tensor) -> Tensor:
-        """``[s, b, h]`` -> ``[s, b, h]``; this rank's heads only, summed over ranks by ``out``."""
+        """``[s, b, h]`` -> ``[s, b, h]``."""
         # BEGIN SOLUTION 3.3
         qkv = self.qkv(x)                                       # [s, b, 3 * local_heads * d]
         s, b = qkv.shape[0], qkv.shape[1]
@@ -562,23 +651,11 @@ class ParallelSelfAttention(nn.Module):
         # END SOLUTION
 
 
-def _interleave_qkv(master: dict[str, Tensor], world_size: int) -> dict[str, Tensor]:
-    """Fused QKV master whose r-th block of rows is ``cat([q_r, k_r, v_r])`` (whole heads)."""
-    fused = {}
-    for key in ("weight", "bias"):
-        per_rank = [torch.cat(blocks) for blocks in zip(
-            *(master[f"{name}.{key}"].chunk(world_size, dim=0) for name in ("q", "k", "v")))]
-        fused[key] = torch.cat(per_rank)
-    return fused
-
-
 class ReplicatedLayerNorm(nn.LayerNorm):
-    """``nn.LayerNorm`` over the last dimension, with the same γ, β on every rank.
+    """``nn.LayerNorm`` over the last dimension, with the same γ, β on every rank (provided).
 
-    Master tensors: ``weight [h]``, ``bias [h]``. Without sequence parallelism every rank
-    normalises the whole (replicated) activation and gets the whole gradient of γ and β.
-    With ``sequence_parallel=True`` each rank normalises only its 1/t of the sequence, so
-    each rank's gradient of γ and β is a partial sum: see ``sequence_parallel_parameters``.
+    Master tensors: ``weight [h]``, ``bias [h]``. With ``sequence_parallel=True`` it normalises
+    rank r's block of the sequence with ``sequence_parallel_parameters()`` (Problem 3.5).
     """
 
     def __init__(self, hidden_size: int, eps: float = 1e-5, *, sequence_parallel: bool = False,
@@ -601,11 +678,13 @@ class ReplicatedLayerNorm(nn.LayerNorm):
         return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
 
     def sequence_parallel_parameters(self) -> tuple[Tensor, Tensor]:
-        """``(weight, bias)`` to normalise with under sequence parallelism (Problem 3.5).
+        """``(weight, bias)`` to normalise rank r's block of the sequence with (Problem 3.5).
 
-        Same values as ``self.weight``, ``self.bias``, but in backward their gradients must
-        be summed over the ranks (each rank saw only its block of the sequence), so that
-        after ``backward()`` every rank holds the full, identical gradient of γ and β.
+        Returns tensors equal to ``self.weight`` and ``self.bias``, differentiable with respect
+        to them, such that after ``backward()`` ``self.weight.grad`` and ``self.bias.grad`` on
+        every rank are the gradients of the dense loss over the WHOLE sequence (identical on
+        every rank). Communication: none in forward; at most one all-reduce of ``h`` elements
+        per tensor in backward.
         """
         # BEGIN SOLUTION 3.5
         return (copy_to_tensor_model_parallel_region(self.weight),
@@ -614,43 +693,43 @@ class ReplicatedLayerNorm(nn.LayerNorm):
 
 
 class ParallelTransformerLayer(nn.Module):
-    """Pre-LN transformer layer, tensor-parallel (Megatron-LM)::
+    """The dense Pre-LN transformer layer (Megatron-LM), tensor-parallel::
 
-        x = x + Attention(LN1(x))        # = x + g(Attn_r(f(LN1 x)))
-        x = x + MLP(LN2(x))              # = x + g(MLP_r(f(LN2 x)))
+        x = x + Attention(LN1(x))
+        x = x + MLP(LN2(x))
 
-    LayerNorms and residuals are replicated; f and g live inside the column- and
-    row-parallel layers of ``attention`` and ``mlp``. No dropout (it would make runs
-    incomparable); the attention is causal. Communication per layer: 2 all-reduces of
-    ``[s, b, h]`` in forward, 2 in backward, whatever t is.
-
-    ``sequence_parallel=True`` (Problem 3.5): input and output are this rank's sequence block
-    ``[s/t, b, h]``; LayerNorms and residuals work on 1/t of the sequence; each all-reduce is
-    replaced by a reduce-scatter + all-gather pair (same bytes moved); the γ/β gradients of
-    the LayerNorms are summed over ranks.
-
+    ``LN1``, ``LN2`` are ``nn.LayerNorm(h, eps)``, Attention is ``ParallelSelfAttention``'s
+    dense module, MLP is ``ParallelMLP``'s. No dropout (it would make runs incomparable).
     Master tensors: ``ln1.weight``, ``ln1.bias``, ``ln2.weight``, ``ln2.bias`` ``[h]``,
-    ``attention.*`` (see ``ParallelSelfAttention``) and ``mlp.*`` (see ``ParallelMLP``).
-    Forward: ``[s, b, h]`` -> ``[s, b, h]``. Raises ValueError as its parts do.
+    ``attention.*`` and ``mlp.*`` (the names of those modules); without ``master``: attention
+    from ``seed``, the MLP from ``seed + 4``, LayerNorms ones and zeros. ``ffn_hidden_size``
+    defaults to ``4 * hidden_size``.
+
+    Forward communication budget: the elements of TWO all-reduces of ``[s, b, h]``, whatever
+    t is. ``sequence_parallel=True`` (Problem 3.5): input and output are rank r's sequence
+    block ``[s/t, b, h]``; the same number of elements moved, and no all-reduce of activations.
+    Raises ValueError as its parts do.
+    The construction contract common to the parallel modules (the comment above) holds too.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, ffn_hidden_size: int | None = None, *,
                  causal: bool = True, sequence_parallel: bool = False, eps: float = 1e-5,
                  seed: int = 0, dtype: torch.dtype | None = None,
                  master: dict[str, Tensor] | None = None):
+        # BEGIN SOLUTION 3.3
         super().__init__()
         master = master or {}
         ffn_hidden_size = ffn_hidden_size or 4 * hidden_size
-        self.sequence_parallel = sequence_parallel
         self.ln1 = ReplicatedLayerNorm(hidden_size, eps, sequence_parallel=sequence_parallel,
                                        dtype=dtype, master=submaster(master, "ln1"))
+        self.ln2 = ReplicatedLayerNorm(hidden_size, eps, sequence_parallel=sequence_parallel,
+                                       dtype=dtype, master=submaster(master, "ln2"))
         self.attention = ParallelSelfAttention(hidden_size, num_heads, causal=causal,
                                                sequence_parallel=sequence_parallel, seed=seed,
                                                dtype=dtype, master=submaster(master, "attention"))
-        self.ln2 = ReplicatedLayerNorm(hidden_size, eps, sequence_parallel=sequence_parallel,
-                                       dtype=dtype, master=submaster(master, "ln2"))
         self.mlp = ParallelMLP(hidden_size, ffn_hidden_size, sequence_parallel=sequence_parallel,
                                seed=seed + 4, dtype=dtype, master=submaster(master, "mlp"))
+        # END SOLUTION
 
     def forward(self, x: Tensor) -> Tensor:
         """``[s, b, h]`` -> ``[s, b, h]`` (``[s/t, b, h]`` -> ``[s/t, b, h]`` with SP)."""
@@ -664,13 +743,19 @@ class ParallelTransformerLayer(nn.Module):
 # Problem 3.4: vocabulary-parallel embedding and cross-entropy
 # ======================================================================================
 class VocabParallelEmbedding(nn.Module):
-    """Embedding table split by vocabulary: rank r holds rows ``[r·V/t, (r+1)·V/t)``.
+    """``nn.Embedding(V, h)`` with the table split by vocabulary over the ranks.
 
-    Parameter on rank r: ``weight`` ``[V/t, h]`` = ``master["weight"][r-th block of rows]``.
-    Forward: ids ``[s, b]`` (int64, any shape, values in ``[0, V)``) -> ``[s, b, h]`` on every
-    rank: each rank looks up the ids in its own range, writes zeros for the others, and the
-    ranks' results are summed (all-reduce with g). Without the master tensor the table is
-    drawn from ``seed`` (standard normal, like ``nn.Embedding``).
+    Parameter on rank r (the grader reads it): ``weight`` ``[V/t, h]``, rows
+    ``vocab_range(V, r, t)`` of the master table ``master["weight"]`` ``[V, h]`` (a copy);
+    without ``master`` the table is drawn from ``seed`` (standard normal, like
+    ``nn.Embedding``). The constructor is provided.
+
+    Forward accepts int64 ids of any shape (``[s, b]`` in the models, a single sequence
+    ``[s, 1]``, 1-D, contiguous or not), values in ``[0, V)``, the same on every rank. Returns
+    ``[*ids.shape, h]`` on every rank, equal to ``F.embedding(ids, master_table)``; after
+    ``backward`` ``weight.grad`` is rows ``vocab_range(V, r, t)`` of the dense table's gradient.
+    The ids are not changed. Forward communication budget: one all-reduce of the output;
+    backward: none.
 
     Raises ValueError when t does not divide ``num_embeddings`` (real models pad V).
     """
@@ -711,14 +796,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, vocab_parallel_logits: Tensor, target: Tensor) -> Tensor:
-        """``[s, b, V/t]`` logits, ``[s, b]`` targets -> ``[s, b]`` losses (every rank).
-
-        Communication: all-reduce of the per-token max, of the per-token sum of exponentials
-        and of the target logit: a few scalars per token (at most 4 per collective; the sum
-        and the target logit may share one), never the logits or anything else with a
-        vocabulary dimension. Save for backward what it needs (``ctx.save_for_backward``) so
-        that backward does not communicate.
-        """
+        """See ``vocab_parallel_cross_entropy``."""
         # BEGIN SOLUTION 3.4
         logits = vocab_parallel_logits
         logits_max = logits.max(dim=-1).values
@@ -745,7 +823,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output: Tensor):
-        """d loss / d logits = softmax - onehot(target), restricted to this rank's block."""
+        """See ``vocab_parallel_cross_entropy``: no communication here."""
         # BEGIN SOLUTION 3.4
         softmax, local_target, outside = ctx.saved_tensors
         grad = softmax.clone()
@@ -756,17 +834,117 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
 
 
 def vocab_parallel_cross_entropy(vocab_parallel_logits: Tensor, target: Tensor) -> Tensor:
-    """Per-token cross-entropy of logits split by vocabulary (fused, Megatron-LM).
+    """Per-token cross-entropy of logits split by vocabulary, without gathering them (fused,
+    Megatron-LM).
 
     Args:
-        vocab_parallel_logits: ``[s, b, V/t]``, this rank's block of the vocabulary
-            (entries ``[r·V/t, (r+1)·V/t)``), e.g. the output of a ``ColumnParallelLinear``
-            with ``gather_output=False``.
-        target: ``[s, b]`` int64 ids in ``[0, V)``, the same on every rank.
+        vocab_parallel_logits: ``[..., V/t]`` (``[s, b, V/t]`` in the models; at least 1-D),
+            rank r's block ``vocab_range(V, r, t)`` of the vocabulary, float32 or float64,
+            contiguous or not, e.g. the output of a ``ColumnParallelLinear`` with
+            ``gather_output=False``. Any values, large ones included (no overflow).
+        target: int64 ids of shape ``vocab_parallel_logits.shape[:-1]``, in ``[0, V)``, the
+            same on every rank.
 
     Returns:
-        ``[s, b]`` losses, identical on every rank and equal to
+        Losses of shape ``target.shape``, identical on every rank and equal to
         ``F.cross_entropy(full_logits.reshape(-1, V), target.reshape(-1), reduction="none")``
-        reshaped; differentiable with respect to the logits (no communication in backward).
+        reshaped; differentiable with respect to the logits: their gradient is rank r's block
+        of the dense gradient. The logits and the targets are not changed.
+
+    Communication budget: the forward issues at most 4 collectives, each of at most 4 scalars
+    per token (never the logits, nor anything else with a vocabulary dimension); the backward
+    none. Calling it again with other shapes works (nothing is kept between calls).
     """
     return _VocabParallelCrossEntropy.apply(vocab_parallel_logits, target)
+
+
+# ======================================================================================
+# Problem 3.6: a tensor-parallel language model, trained
+# ======================================================================================
+class ParallelLanguageModel(nn.Module):
+    """A small GPT-style language model, tensor-parallel, and its mean cross-entropy.
+
+    The dense model (causal, no dropout, no position embedding)::
+
+        x = embedding(ids)                          # nn.Embedding(V, h), [s, b] -> [s, b, h]
+        for layer in layers: x = layer(x)           # ParallelTransformerLayer's dense module
+        logits = output(final_ln(x))                # nn.LayerNorm(h, eps), nn.Linear(h, V, bias=False)
+        loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))   # the mean
+
+    Master tensors: ``embedding.weight [V, h]``, ``layers.<i>.*`` for i = 0 .. num_layers-1
+    (the names of ``ParallelTransformerLayer``), ``final_ln.weight``, ``final_ln.bias [h]``,
+    ``output.weight [V, h]``. Without ``master``: the embedding from ``seed``, layer i from
+    ``seed + 10 * (i + 1)``, the output layer ``master_linear(h, V, False, seed=seed + 1)``, the
+    final LayerNorm ones and zeros. ``ffn_hidden_size`` defaults to ``4 * hidden_size``.
+
+    ``forward(ids, targets)``: int64 ``[s, b]`` (s, b >= 1; the same on every rank, with or
+    without ``sequence_parallel``; other sizes on later calls) -> the mean loss, a 0-d tensor
+    equal on every rank to the dense model's. After ``backward()`` every parameter's ``.grad``
+    is the dense gradient of its share, so one SGD step on every rank equals the dense step.
+
+    Budgets: each rank holds at most 1/t of the elements of every dense weight matrix (the
+    embedding and output tables included; vectors may be replicated), and no tensor with the
+    whole vocabulary dimension ``[..., V]`` is ever built (the logits stay split). The caller's
+    ids, targets and master tensors are not changed. ``sequence_parallel=True``: the layers and
+    the final LayerNorm work on rank r's block of the sequence; the loss is the same.
+    Raises ValueError when t does not divide ``vocab_size`` or what the layers need divided.
+    """
+
+    def __init__(self, vocab_size: int, hidden_size: int, num_heads: int, num_layers: int,
+                 ffn_hidden_size: int | None = None, *, sequence_parallel: bool = False,
+                 eps: float = 1e-5, seed: int = 0, dtype: torch.dtype | None = None,
+                 master: dict[str, Tensor] | None = None):
+        # BEGIN SOLUTION 3.6
+        super().__init__()
+        master = master or {}
+        self.sequence_parallel = sequence_parallel
+        self.embedding = VocabParallelEmbedding(vocab_size, hidden_size, seed=seed, dtype=dtype,
+                                                master=submaster(master, "embedding") or None)
+        self.layers = nn.ModuleList(
+            ParallelTransformerLayer(hidden_size, num_heads, ffn_hidden_size, sequence_parallel=sequence_parallel,
+                                     eps=eps, seed=seed + 10 * (i + 1), dtype=dtype,
+                                     master=submaster(master, f"layers.{i}"))
+            for i in range(num_layers))
+        self.final_ln = ReplicatedLayerNorm(hidden_size, eps, sequence_parallel=sequence_parallel,
+                                            dtype=dtype, master=submaster(master, "final_ln"))
+        self.output = ColumnParallelLinear(hidden_size, vocab_size, bias=False,
+                                           sequence_parallel=sequence_parallel, seed=seed + 1, dtype=dtype,
+                                           master=submaster(master, "output") or None)
+        # END SOLUTION
+
+    def forward(self, ids: Tensor, targets: Tensor) -> Tensor:
+        """``[s, b]`` ids and targets -> the mean loss (0-d), the same on every rank."""
+        # BEGIN SOLUTION 3.6
+        x = self.embedding(ids)
+        if self.sequence_parallel:
+            x = scatter_to_sequence_parallel_region(x)
+        for layer in self.layers:
+            x = layer(x)
+        logits = self.output(self.final_ln(x))
+        return vocab_parallel_cross_entropy(logits, targets).mean()
+        # END SOLUTION
+
+
+def train_language_model(model: nn.Module, batches, lr: float) -> list[float]:
+    """Train ``model`` (a ``ParallelLanguageModel``, on every rank) with plain SGD.
+
+    ``batches``: an iterable of ``(ids, targets)`` pairs, the same on every rank. For each pair,
+    one step ``p -= lr * p.grad`` on every parameter of the mean loss of that batch, gradients
+    starting from zero at each step. Returns the losses, as floats, each computed BEFORE its
+    step: they equal the dense model's trained the same way (float64: within 1e-10 relative),
+    and so does the model after the last step. Leaves no ``.grad`` behind.
+    """
+    # BEGIN SOLUTION 3.6
+    losses = []
+    for ids, targets in batches:
+        model.zero_grad(set_to_none=True)
+        loss = model(ids, targets)
+        loss.backward()
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if parameter.grad is not None:
+                    parameter -= lr * parameter.grad
+        losses.append(float(loss.detach()))
+    model.zero_grad(set_to_none=True)
+    return losses
+    # END SOLUTION

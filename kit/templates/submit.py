@@ -1,5 +1,6 @@
 """``make submit``: check your two files, say which problems are still stubs, run a quick
-smoke test (the first public test of each problem), then pack the files into submission.zip.
+smoke test (the first public test of each problem), then pack the files into submission.zip,
+with your written report (REPORT.md and the figures and numbers `make report` wrote in report/).
 
     python submit.py minitorch/pipeline.py minitorch/tensor_parallel.py [--no-smoke]
 
@@ -20,6 +21,9 @@ from pathlib import Path
 from minitorch.cli import STUB_MESSAGE  # the kit's stubs: NotImplementedError("Problem 3.4: name")
 
 ZIP = Path("submission.zip")
+REPORT = Path("REPORT.md")
+REPORT_FOLDER = Path("report")  # what `make report` writes: figures and their numbers
+REPORT_SUFFIXES = (".png", ".svg", ".json")
 SMOKE_TIMEOUT = 120  # seconds for the whole smoke run; each test has 30 (pytest --timeout)
 
 
@@ -78,10 +82,29 @@ def smoke() -> str:
     return (run.stdout + run.stderr).rstrip()
 
 
-def pack(files: list[Path]) -> None:
+def report_files() -> list[Path]:
+    """REPORT.md and the figures and numbers in report/, those that exist."""
+    found = [REPORT] if REPORT.is_file() else []
+    if REPORT_FOLDER.is_dir():
+        found += sorted(path for path in REPORT_FOLDER.iterdir() if path.is_file() and path.suffix in REPORT_SUFFIXES)
+    return found
+
+
+def report_note(files: list[Path]) -> str:
+    """What of the written report goes into the zip, and what is missing, in one line."""
+    figures = sum(path.suffix in (".png", ".svg") for path in files)
+    packed = ([str(REPORT)] if REPORT in files else []) + ([f"{figures} figures from {REPORT_FOLDER}/"] if figures else [])
+    missing = ([] if REPORT in files else [f"no {REPORT}"]) + ([] if figures else ["no figures: run `make report`"])
+    said = f"packing {' and '.join(packed)}" if packed else "nothing to pack"
+    return f"report: {said}" + (f" ({'; '.join(missing)})" if missing else "")
+
+
+def pack(files: list[Path], report: list[Path]) -> None:
     with zipfile.ZipFile(ZIP, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in files:
             archive.write(path, path.name)
+        for path in report:  # REPORT.md at the top, report/<name> beside it: its image links still work
+            archive.write(path, path.as_posix())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_smoke:
         print("smoke test, the first public test of each problem (`make test` runs them all):")
         print("\n".join(f"  {line}" for line in smoke().splitlines()))
-    pack(args.files)
-    print(f"packed {', '.join(path.name for path in args.files)} into {ZIP}: upload this file")
+    written = report_files()
+    print(f"make submit: {report_note(written)}")
+    pack(args.files, written)
+    print(f"packed {', '.join(path.name for path in args.files)}{' and the report' if written else ''} into {ZIP}: "
+          "upload this file")
     return 0
 
 

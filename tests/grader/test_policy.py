@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from grading_helpers import ANSWER_KEY, STUDENT_FILES
 
-from grader.batch import StudentGrade, _apply_report
+from course.outcomes import StudentGrade, apply_report
 from grader.policy import scan, scan_source
 from grader.rubric import RubricError, load_rubric, parse_rubric
 
@@ -59,7 +59,7 @@ def test_batch_flags_a_report_that_needs_review(tmp_path):
     report = {"criteria": [{"problem": "2.1", "earned": 8, "status": "passed"}], "max_score": 8,
               "files": {"pipeline.py": "x", "tensor_parallel.py": "y"}, "needs_review": True,
               "policy_findings": [{"file": "pipeline.py", "line": 1, "name": "ctypes", "code": "import ctypes"}]}
-    _apply_report(outcome, report)
+    apply_report(outcome, report)
     assert outcome.score == 8 and "needs_review" in outcome.flags and "policy_findings=1" in outcome.flags
 
 

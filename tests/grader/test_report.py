@@ -53,3 +53,21 @@ def test_failures_with_their_own_message_or_output_keep_their_block():
     assert f"{second.id} (3 points): failed" in lines and "      | printed by the student" in lines
     assert f"{third.id} (3 points): failed" in lines  # one of a kind once the one with output is apart
     assert not any("(1 points)" in line for line in lines)
+
+
+def test_gradescopes_text_and_score_agree_when_criteria_are_blocked():
+    """Gradescope's score leaves blocked criteria out (90 of 90 there): the text beside it must
+    not say "Total 90/100" (issue 23, item 4); the terminal report keeps the whole total."""
+    from grader.report import gradescope
+
+    passed, blocked = RUBRIC.active()[:2]
+    results = [Result(id=passed.id, problem=passed.problem, title=passed.title, points=8, earned=8, status=Status.PASSED,
+                      message="", seconds=0.1),
+               Result(id=blocked.id, problem=blocked.problem, title=blocked.title, points=10, earned=0,
+                      status=Status.BLOCKED, message="needs 2 CUDA GPUs", seconds=0.0)]
+    results_json = gradescope(report_of(results), RUBRIC, 1.0)
+    total = next(line for line in results_json["output"].splitlines() if line.startswith("Total"))
+    assert results_json["score"] == 8 and sum(t["max_score"] for t in results_json["tests"]) == 8
+    assert total.split()[1] == "8/8" and "10 points graded separately on GPUs" in total
+    terminal = next(line for line in summary(report_of(results), RUBRIC).splitlines() if line.startswith("Total"))
+    assert terminal.split()[1] == "8/18"

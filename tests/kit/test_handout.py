@@ -90,7 +90,7 @@ def _repo_copy(tmp_path: Path) -> Path:
     copy = tmp_path / "repo"
     for name in ("minitorch", "writeup", "tests/public"):
         shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "requirements.txt", "constraints.txt", "grader/rubric.toml"):
+    for name in ("pyproject.toml", "requirements.txt", "requirements-report.txt", "constraints.txt", "grader/rubric.toml"):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, copy / name)
     return copy

@@ -8,7 +8,7 @@ from torch.nn import functional as F
 
 from minitorch.executor import run_schedule, sequential_step, stage_plans
 from minitorch.runtime import StageWorkers
-from minitorch.schedules import Action, simulate
+from minitorch.schedules import Action, format_schedule, simulate
 from minitorch.timeline import generator
 
 RTOL, ATOL = 1e-4, 1e-6
@@ -103,7 +103,7 @@ def test_a_deadlocking_schedule_is_refused_before_any_stage_runs():
         ([["F0", "B0"], ["F0"]], "device 1: missing B0"),
         ([["F0", "B0", "F0"], ["F0", "B0"]], "device 0 step 2: F0 repeats step 0"),
         ([["F0", "X0"], ["F0", "B0"]], "device 0: cannot read action 'X0'"),
-        ([["F0", "B0"]], "2 stages but the schedule has 1 device rows"),
+        ([["F0", "B0"]], "2 devices but the schedule has 1 device rows"),
         ([["B0", "F0"], ["F0", "B0"]], "deadlock"),
     ],
 )
@@ -114,11 +114,53 @@ def test_bad_schedules_are_named_by_the_schedules_validator(schedule, message):
 
 
 def test_stage_plans_take_strings_and_simulator_actions():
-    assert stage_plans([[Action(0, "F", 0), "B0"], ["F0", Action(1, "B", 0)]], 2) == [[("F", 0), ("B", 0)], [("F", 0), ("B", 0)]]
-    with pytest.raises(ValueError, match="one stage per device"):
-        stage_plans([["0F0", "1F0", "1B0", "0B0"], ["0F0", "1F0", "1B0", "0B0"]], 2)
+    plans = stage_plans([[Action(0, "F", 0), "B0"], ["F0", Action(1, "B", 0)]], 2)
+    assert plans == [[(0, "F", 0), (0, "B", 0)], [(1, "F", 0), (1, "B", 0)]]
+    chunked = stage_plans([["0F0", "1F0", "1B0", "0B0"], ["0F0", "1F0", "1B0", "0B0"]], 2)
+    assert chunked[1] == [(1, "F", 0), (3, "F", 0), (3, "B", 0), (1, "B", 0)]
     with pytest.raises(ValueError, match="full backwards"):
         stage_plans([["F0", "I0", "W0"]], 1)
+
+
+def interleaved_order(num_devices, num_microbatches, num_chunks):
+    """Megatron's order, written out here so this test does not depend on the answer key."""
+    total, rows = num_microbatches * num_chunks, []
+    for device in range(num_devices):
+        def kth(k, kind):
+            group, rest = divmod(k, num_devices * num_chunks)
+            chunk = rest // num_devices if kind == "F" else num_chunks - 1 - rest // num_devices
+            return Action(chunk * num_devices + device, kind, group * num_devices + rest % num_devices)
+
+        warmup = min(2 * (num_devices - device - 1) + (num_chunks - 1) * num_devices, total)
+        row = [kth(k, "F") for k in range(warmup)]
+        for k in range(total - warmup):
+            row += [kth(warmup + k, "F"), kth(k, "B")]
+        rows.append(row + [kth(k, "B") for k in range(total - warmup, total)])
+    return rows
+
+
+@pytest.mark.parametrize("num_devices, num_microbatches, num_chunks", [(2, 4, 2), (3, 6, 2), (2, 2, 3)])
+def test_interleaved_schedules_run_chunks_round_the_devices(num_devices, num_microbatches, num_chunks):
+    num_stages = num_devices * num_chunks
+    pipelined, reference = make_stages(num_stages, seed=5), make_stages(num_stages, seed=5)
+    schedule = interleaved_order(num_devices, num_microbatches, num_chunks)
+    x, y = torch.randn(2 * num_microbatches, 8), torch.randn(2 * num_microbatches, 8)
+    with StageWorkers(["cpu"] * num_devices) as workers:
+        report = run_schedule(workers, pipelined, schedule, x, y, F.mse_loss)
+    expected_loss = sequential_step(reference, ["cpu"] * num_stages, x, y, F.mse_loss)
+    assert report.loss == pytest.approx(expected_loss, rel=RTOL)
+    assert report.peak_live == simulate(schedule).peak_in_flight
+    assert [" ".join(row) for row in report.executed] == format_schedule(schedule)
+    for ours, theirs in zip(pipelined, reference):
+        for p, q in zip(ours.parameters(), theirs.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=RTOL, atol=ATOL)
+
+
+def test_stages_that_do_not_fill_the_devices_evenly_are_refused():
+    with StageWorkers(["cpu"] * 2) as workers:
+        with pytest.raises(ValueError, match="3 stages cannot be spread evenly over 2 devices"):
+            run_schedule(workers, make_stages(3, 0), [["F0", "B0"], ["F0", "B0"]], torch.randn(4, 8),
+                         torch.randn(4, 8), F.mse_loss)
 
 
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])

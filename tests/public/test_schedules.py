@@ -1,22 +1,50 @@
-"""Public tests for Problem 4 (1F1B, interleaved 1F1B, activation recomputation).
+"""Public tests for Problem 4 (1F1B, interleaved 1F1B, activation recomputation, training
+with your own schedule).
 
-Run one problem with ``pytest -m problem_4_1`` (or ``problem_4_2``, ``problem_4_3``).
-Schedules are checked by running them through the provided simulator
-(``minitorch.schedules.simulate``); recomputation against the plain run of the same
-layers. On the starter kit every test here fails with NotImplementedError.
-``@pytest.mark.criterion(...)`` names the grader's criteria whose kind of mistake a test catches.
+Run one problem with ``pytest -m problem_4_1`` (or ``problem_4_2``, ``problem_4_3``,
+``problem_4_4``). Schedules are checked by running them through the provided simulator
+(``minitorch.schedules.simulate``), with instant transfers and with a delay on every
+transfer; recomputation against the plain run of the same layers; ``train_step`` against
+the same model run without a pipeline. Every failure names the promise of the docstring it
+broke, the case, and what was expected. On the starter kit every test here fails with
+NotImplementedError. ``@pytest.mark.criterion(...)`` names the grader's criteria whose kind
+of mistake a test catches; the grader tries more cases of the same promises.
 """
 import math
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
-from torch.multiprocessing.reductions import StorageWeakRef
+from torch.nn import functional as F
 
 from minitorch import schedules
-from minitorch.pipeline import checkpoint_sequential, interleaved_one_f_one_b, one_f_one_b, run_layers
+from minitorch.pipeline import checkpoint_sequential, interleaved_one_f_one_b, one_f_one_b, run_layers, train_step
+from minitorch.runtime import StageWorkers
+
+
+def simulated(schedule, call, t_b=2.0, t_comm=0.0, **sizes):
+    """The simulator's timeline of ``schedule``, or a failure naming the call and the problem."""
+    try:
+        return schedules.simulate(schedule, 1.0, t_b, t_comm=t_comm, **sizes)
+    except ValueError as error:
+        pytest.fail(f"{call} is not a valid schedule: {error}")
+
+
+def picture(timeline):
+    return "\nyour schedule, simulated (F = 1 unit, B = 2):\n" + schedules.render_ascii(timeline, width=200)
+
+
+def raises_value_error(call, text, wrong):
+    try:
+        call()
+    except ValueError:
+        return
+    except Exception as error:  # noqa: BLE001 - reported: the convention is ValueError
+        pytest.fail(f"{text}: {wrong}, expected ValueError at the call; got {type(error).__name__}: {error}")
+    pytest.fail(f"{text}: {wrong}, expected ValueError at the call; it returned")
+
 
 # ---------------------------------------------------------------- Problem 4.1
 
@@ -26,41 +54,59 @@ device 1 |··F0F1F2········B0B0F3B1B1F4B2B2F5B3B3F6B4B4F7B5B5··B6B6·
 device 2 |····F0F1····B0B0F2B1B1F3B2B2F4B3B3F5B4B4F6B5B5F7B6B6··B7B7········|
 device 3 |······F0B0B0F1B1B1F2B2B2F3B3B3F4B4B4F5B5B5F6B6B6F7B7B7············|"""
 
+# The lecture's 1F1B order and Megatron-LM's interleaved order, simulated with a transfer
+# delay of 0.5 units (F = 1, B = 2): the time one step takes.
+ONE_F_ONE_B_WITH_DELAY = {(4, 8): 41.0, (3, 5): 25.0, (2, 2): 10.0}
+INTERLEAVED_WITH_DELAY = {(2, 4, 2): 16.5, (4, 8, 2): 35.5, (4, 8, 4): 45.0, (3, 6, 3): 29.0}
+
 
 @pytest.mark.problem_4_1
 @pytest.mark.criterion("4.1-makespan", "4.1-peak-in-flight")
 def test_lecture_timeline_k4_m8():
-    timeline = schedules.simulate(one_f_one_b(4, 8), t_f=1, t_b=2)
-    assert schedules.render_ascii(timeline) == LECTURE_1F1B_K4_M8
-    assert timeline.makespan == pytest.approx(33, abs=1e-9)
-    assert timeline.peak_in_flight == [4, 3, 2, 1]
-
-
-@pytest.mark.problem_4_1
-@pytest.mark.criterion("4.1-peak-in-flight")
-def test_device_0_order_k4_m8():
-    assert schedules.format_schedule(one_f_one_b(4, 8))[0] == "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7"
+    timeline = simulated(one_f_one_b(4, 8), "one_f_one_b(4, 8)")
+    assert schedules.render_ascii(timeline) == LECTURE_1F1B_K4_M8, (
+        "one_f_one_b(4, 8) should draw as the lecture's timeline:\n" + LECTURE_1F1B_K4_M8 + picture(timeline))
 
 
 @pytest.mark.problem_4_1
 @pytest.mark.criterion("4.1-makespan", "4.1-peak-in-flight")
+@settings(max_examples=40, deadline=None)
 @given(num_stages=st.integers(1, 8), num_microbatches=st.integers(1, 20), t_b=st.sampled_from([1.0, 2.0, 3.0]))
 def test_valid_as_fast_as_gpipe_and_holds_at_most_k_minus_d(num_stages, num_microbatches, t_b):
+    call = f"one_f_one_b({num_stages}, {num_microbatches})"
     schedule = one_f_one_b(num_stages, num_microbatches)
-    assert len(schedule) == num_stages
-    assert all(action.stage == d for d, row in enumerate(schedule) for action in row)
-    timeline = schedules.simulate(schedule, 1.0, t_b, num_microbatches=num_microbatches, num_chunks=1)
-    gpipe = schedules.simulate(schedules.gpipe(num_stages, num_microbatches), 1.0, t_b)
-    assert timeline.makespan == pytest.approx(gpipe.makespan, rel=1e-12)
-    assert timeline.peak_in_flight == [min(num_stages - d, num_microbatches) for d in range(num_stages)]
+    assert isinstance(schedule, list) and len(schedule) == num_stages, (
+        f"{call}: expected a list with one list of actions per device ({num_stages}), got {schedule!r:.200}")
+    timeline = simulated(schedule, call, t_b, num_microbatches=num_microbatches, num_chunks=1)
+    gpipe = (num_microbatches + num_stages - 1) * (1.0 + t_b)
+    assert timeline.makespan == pytest.approx(gpipe, rel=1e-12), (
+        f"{call}: one step takes {timeline.makespan:g} units with F = 1, B = {t_b:g}; GPipe's takes "
+        f"(M + K - 1)(F + B) = {gpipe:g} and 1F1B must not be slower" + picture(timeline))
+    expected = [min(num_stages - d, num_microbatches) for d in range(num_stages)]
+    assert timeline.peak_in_flight == expected, (
+        f"{call}: peak microbatches held per device {timeline.peak_in_flight}; 1F1B holds min(K - d, M) = {expected}"
+        + picture(timeline))
+
+
+@pytest.mark.problem_4_1
+@pytest.mark.criterion("4.1-makespan")
+@pytest.mark.parametrize("num_stages, num_microbatches", list(ONE_F_ONE_B_WITH_DELAY))
+def test_no_slower_than_the_lecture_order_with_transfer_delays(num_stages, num_microbatches):
+    call = f"one_f_one_b({num_stages}, {num_microbatches})"
+    timeline = simulated(one_f_one_b(num_stages, num_microbatches), call, t_comm=0.5)
+    expected = ONE_F_ONE_B_WITH_DELAY[num_stages, num_microbatches]
+    assert timeline.makespan <= expected + 1e-9, (
+        f"{call}: with a transfer delay of 0.5 units one step takes {timeline.makespan:g}; the lecture's 1F1B "
+        f"order takes {expected:g}. With instant transfers they may tie: your order leaves no room for the "
+        "transfers" + picture(timeline))
 
 
 @pytest.mark.problem_4_1
 @pytest.mark.criterion("4.1-arguments")
-@pytest.mark.parametrize("args", [(0, 4), (4, 0), (-1, 3), (3, -2), (2.0, 4), (4, 3.0)])
-def test_one_f_one_b_bad_arguments(args):
-    with pytest.raises(ValueError):
-        one_f_one_b(*args)
+@pytest.mark.parametrize("args, wrong", [((0, 4), "K = 0"), ((4, 0), "M = 0"), ((-1, 3), "K < 0"), ((2.0, 4), "K is a float"),
+                                         ((True, 4), "K is a bool"), (("4", 8), "K is a string"), ((4, None), "M is None")])
+def test_one_f_one_b_bad_arguments(args, wrong):
+    raises_value_error(lambda: one_f_one_b(*args), f"one_f_one_b{args!r}", wrong)
 
 
 # ---------------------------------------------------------------- Problem 4.2
@@ -68,66 +114,96 @@ def test_one_f_one_b_bad_arguments(args):
 
 @pytest.mark.problem_4_2
 @pytest.mark.criterion("4.2-interleaved")
+@settings(max_examples=40, deadline=None)
 @given(num_stages=st.integers(1, 6), groups=st.integers(1, 4), num_chunks=st.integers(1, 4))
 def test_interleaved_valid_and_bubble_divided_by_v(num_stages, groups, num_chunks):
     num_microbatches = groups * num_stages
+    call = f"interleaved_one_f_one_b({num_stages}, {num_microbatches}, {num_chunks})"
     schedule = interleaved_one_f_one_b(num_stages, num_microbatches, num_chunks)
-    timeline = schedules.simulate(schedule, 1.0, 2.0, num_microbatches=num_microbatches, num_chunks=num_chunks)
-    one_f_one_b_idle = (num_stages - 1) * 3.0
-    for idle in timeline.idle_per_device:
-        assert idle == pytest.approx(one_f_one_b_idle / num_chunks, abs=1e-9)
-    for d, peak in enumerate(timeline.peak_in_flight):
-        warmup = 2 * (num_stages - d - 1) + (num_chunks - 1) * num_stages if num_chunks > 1 else num_stages - d - 1
-        assert peak <= min(warmup + 1, num_microbatches * num_chunks) / num_chunks + 1e-9
+    timeline = simulated(schedule, call, num_microbatches=num_microbatches, num_chunks=num_chunks)
+    expected = (num_microbatches + (num_stages - 1) / num_chunks) * 3.0
+    assert timeline.makespan == pytest.approx(expected, rel=1e-9), (
+        f"{call}: one step takes {timeline.makespan:g} units (F = 1, B = 2 per device); the contract says "
+        f"(M + (K - 1)/v)(F + B) = {expected:g}" + picture(timeline))
 
 
 @pytest.mark.problem_4_2
 @pytest.mark.criterion("4.2-interleaved")
-def test_interleaved_lecture_k4_m8_v2():
-    timeline = schedules.simulate(interleaved_one_f_one_b(4, 8, 2), 1.0, 2.0)
-    assert timeline.idle_per_device == pytest.approx([4.5] * 4, abs=1e-9)  # 1F1B: 9
-    assert timeline.peak_in_flight[0] == pytest.approx(5.5, abs=1e-9)  # 1F1B: 4
+@pytest.mark.parametrize("num_stages, num_microbatches, num_chunks", list(INTERLEAVED_WITH_DELAY))
+def test_interleaved_no_slower_than_megatron_with_transfer_delays(num_stages, num_microbatches, num_chunks):
+    call = f"interleaved_one_f_one_b({num_stages}, {num_microbatches}, {num_chunks})"
+    timeline = simulated(interleaved_one_f_one_b(num_stages, num_microbatches, num_chunks), call, t_comm=0.5)
+    expected = INTERLEAVED_WITH_DELAY[num_stages, num_microbatches, num_chunks]
+    assert timeline.makespan <= expected + 1e-9, (
+        f"{call}: with a transfer delay of 0.5 units one step takes {timeline.makespan:g}; Megatron-LM's order "
+        f"takes {expected:g}. With instant transfers they may tie: your warm-up leaves no room for the transfers"
+        + picture(timeline))
+
+
+@pytest.mark.problem_4_2
+@pytest.mark.criterion("4.2-interleaved")
+def test_interleaved_memory_k4_m8_v2_as_megatron():
+    timeline = simulated(interleaved_one_f_one_b(4, 8, 2), "interleaved_one_f_one_b(4, 8, 2)")
+    assert timeline.peak_in_flight[0] <= 5.5 + 1e-9, (
+        f"interleaved_one_f_one_b(4, 8, 2): device 0 holds up to {timeline.peak_in_flight[0]:g} microbatches' "
+        "activations (1/v per chunk); Megatron-LM's order holds 5.5" + picture(timeline))
 
 
 @pytest.mark.problem_4_2
 @pytest.mark.criterion("4.2-interleaved")
 def test_interleaved_stage_numbering():
     schedule = interleaved_one_f_one_b(2, 2, 2)
-    assert {a.stage for a in schedule[0]} == {0, 2}
-    assert {a.stage for a in schedule[1]} == {1, 3}
-    assert schedule[0][0] == schedules.Action(0, "F", 0)
+    stages = [sorted({a.stage for a in row}) for row in schedule]
+    assert stages == [[0, 2], [1, 3]], (
+        f"interleaved_one_f_one_b(2, 2, 2): device d holds stages stage_of(d, chunk, K) = d, d + K; got {stages}")
 
 
 @pytest.mark.problem_4_2
 @pytest.mark.criterion("4.2-arguments")
-@pytest.mark.parametrize("args", [(4, 6, 2), (3, 4, 2), (4, 2, 2), (4, 8, 0), (0, 8, 2), (4, 0, 2), (2, 4, -1), (4, 8, 2.0)])
-def test_interleaved_bad_arguments(args):
-    with pytest.raises(ValueError):
-        interleaved_one_f_one_b(*args)
+@pytest.mark.parametrize("args, wrong", [
+    ((4, 6, 2), "M = 6 is not a multiple of K = 4"), ((4, 6, 1), "M = 6 is not a multiple of K = 4 (v = 1 too)"),
+    ((4, 8, 0), "v = 0"), ((0, 8, 2), "K = 0"), ((4, 8, 2.0), "v is a float"), ((4, 8, True), "v is a bool"),
+])
+def test_interleaved_bad_arguments(args, wrong):
+    raises_value_error(lambda: interleaved_one_f_one_b(*args), f"interleaved_one_f_one_b{args!r}", wrong)
 
 
 # ---------------------------------------------------------------- Problem 4.3
 
 
-def tanh_dropout_layers(num_layers, dropout=0.3, width=12, seed=0):
+def tanh_dropout_layers(num_layers, dropout=0.3, width=12, seed=0, dtype=torch.float64):
     torch.manual_seed(seed)
     layers = []
     for index in range(num_layers):
-        parts = [nn.Linear(width, width, dtype=torch.float64), nn.Tanh()]
+        parts = [nn.Linear(width, width, dtype=dtype), nn.Tanh()]
         if dropout and index % 2 == 0:
             parts.append(nn.Dropout(dropout))
         layers.append(nn.Sequential(*parts))
     return layers
 
 
-def gradients(layers, x, run, rng_seed=1):
-    for layer in layers:
+def run_and_backward(layers, x, run, rng_seed=1):
+    """Output, x.grad and every parameter's grad of ``run(layers, x)`` with loss sum(out^2)."""
+    modules = [layer for layer in layers if isinstance(layer, nn.Module)]
+    for layer in modules:
         layer.zero_grad(set_to_none=True)
     x = x.detach().requires_grad_()
     torch.manual_seed(rng_seed)
     output = run(layers, x)
     output.pow(2).sum().backward()
-    return [output.detach(), x.grad] + [p.grad for layer in layers for p in layer.parameters()]
+    return {"output": output.detach(), "grad of x": x.grad,
+            **{f"grad of parameter {i}": p.grad for i, p in enumerate(p for m in modules for p in m.parameters())}}
+
+
+def assert_bit_identical(plain, mine, case):
+    for name, expected in plain.items():
+        got = mine[name]
+        if expected is None or got is None:
+            assert expected is None and got is None, f"{case}: {name}: expected {expected is not None}, got {got}"
+            continue
+        assert torch.equal(expected, got), (
+            f"{case}: {name} is not bit-identical to the plain run (differs by up to "
+            f"{(expected - got).abs().max().item():.3g}); checkpoint_sequential promises the same bits")
 
 
 @pytest.mark.problem_4_3
@@ -136,10 +212,36 @@ def gradients(layers, x, run, rng_seed=1):
 def test_bit_identical_to_plain_run_with_dropout(num_layers, segments):
     layers = tanh_dropout_layers(num_layers)
     x = torch.randn(5, 12, dtype=torch.float64)
-    plain = gradients(layers, x, run_layers)
-    mine = gradients(layers, x, lambda ls, h: checkpoint_sequential(ls, h, segments))
-    for expected, got in zip(plain, mine):
-        assert torch.equal(expected, got)  # bit for bit, not allclose
+    plain = run_and_backward(layers, x, run_layers)
+    mine = run_and_backward(layers, x, lambda ls, h: checkpoint_sequential(ls, h, segments))
+    assert_bit_identical(plain, mine, f"{num_layers} layers with dropout, segments={segments}")
+
+
+@pytest.mark.problem_4_3
+@pytest.mark.criterion("4.3-bit-identical")
+@pytest.mark.parametrize("case", ["tuple", "ModuleList", "frozen", "no parameters", "float32 1-D", "non-contiguous 3-D",
+                                  "second call"])
+def test_bit_identical_for_what_the_contract_allows(case):
+    layers = tanh_dropout_layers(4, dtype=torch.float32 if "float32" in case else torch.float64)
+    x = torch.randn(5, 12, dtype=torch.float64)
+    passed = list(layers)
+    if case == "tuple":
+        passed = tuple(layers)
+    elif case == "ModuleList":
+        passed = nn.ModuleList(layers)
+    elif case == "frozen":
+        layers[0].requires_grad_(False)
+    elif case == "no parameters":
+        layers = passed = [nn.Tanh(), nn.Dropout(0.3), nn.Softsign(), nn.Dropout(0.2)]
+    elif case == "float32 1-D":
+        x = torch.randn(12)
+    elif case == "non-contiguous 3-D":
+        x = torch.randn(12, 3, 2, dtype=torch.float64).permute(2, 1, 0)
+    elif case == "second call":
+        checkpoint_sequential(passed, torch.randn(2, 7, 12, dtype=torch.float64, requires_grad=True), 4).sum().backward()
+    plain = run_and_backward(layers, x, lambda ls, h: run_layers(passed, h))
+    mine = run_and_backward(layers, x, lambda ls, h: checkpoint_sequential(passed, h, 2))
+    assert_bit_identical(plain, mine, f"4 layers, segments=2, {case}")
 
 
 @pytest.mark.problem_4_3
@@ -147,10 +249,12 @@ def test_bit_identical_to_plain_run_with_dropout(num_layers, segments):
 def test_rng_state_as_after_plain_run():
     layers = tanh_dropout_layers(6)
     x = torch.randn(5, 12, dtype=torch.float64)
-    gradients(layers, x, run_layers)
+    run_and_backward(layers, x, run_layers)
     after_plain = torch.get_rng_state()
-    gradients(layers, x, lambda ls, h: checkpoint_sequential(ls, h, 2))
-    assert torch.equal(torch.get_rng_state(), after_plain)
+    run_and_backward(layers, x, lambda ls, h: checkpoint_sequential(ls, h, 2))
+    assert torch.equal(torch.get_rng_state(), after_plain), (
+        "6 layers with dropout, segments=2: after forward and backward the global random state differs from the "
+        "plain run's; code that draws after the backward must draw the same numbers")
 
 
 @pytest.mark.problem_4_3
@@ -159,7 +263,8 @@ def test_parameters_get_gradients_when_input_does_not_require_grad():
     layers = tanh_dropout_layers(4, dropout=0)
     x = torch.randn(3, 12, dtype=torch.float64)  # requires_grad False
     checkpoint_sequential(layers, x, 2).sum().backward()
-    assert all(p.grad is not None for layer in layers for p in layer.parameters())
+    missing = [i for i, p in enumerate(p for layer in layers for p in layer.parameters()) if p.grad is None]
+    assert not missing, f"4 layers, segments=2, an input without grad: parameters {missing} got no gradient"
 
 
 @pytest.mark.problem_4_3
@@ -168,14 +273,16 @@ def test_plain_functions_as_layers():
     modules = tanh_dropout_layers(3)
     layers = [modules[0], torch.sin, modules[1], torch.tanh, modules[2]]  # functions have no parameters
     x = torch.randn(5, 12, dtype=torch.float64)
-    plain = gradients(modules, x, lambda ls, h: run_layers(layers, h))
-    mine = gradients(modules, x, lambda ls, h: checkpoint_sequential(layers, h, 2))
-    for expected, got in zip(plain, mine):
-        assert torch.equal(expected, got)
+    plain = run_and_backward(modules, x, lambda ls, h: run_layers(layers, h))
+    mine = run_and_backward(modules, x, lambda ls, h: checkpoint_sequential(layers, h, 2))
+    assert_bit_identical(plain, mine, "modules and plain functions, segments=2")
 
 
 def count_alive_outputs(layers, run):
-    """Layer outputs still alive after forward, and the most alive at once during backward."""
+    """Layer outputs still alive after forward, the most alive at once during backward, and
+    the layer calls per phase (forward hooks on the layers)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
     refs, phase, peak, calls = [], ["forward"], [0], {"forward": 0, "backward": 0}
 
     def hook(module, inputs, output):
@@ -200,12 +307,15 @@ def count_alive_outputs(layers, run):
 @pytest.mark.parametrize("num_layers, segments", [(16, None), (16, 2), (16, 8), (12, 3)])
 def test_stores_segment_inputs_only_and_one_segment_in_backward(num_layers, segments):
     layers = tanh_dropout_layers(num_layers, dropout=0)
-    plain_stored, _, _ = count_alive_outputs(layers, run_layers)
-    assert plain_stored == num_layers
     stored, peak, _ = count_alive_outputs(layers, lambda ls, h: checkpoint_sequential(ls, h, segments))
     k = round(math.sqrt(num_layers)) if segments is None else segments
-    assert stored == k  # segment inputs (besides x) and the output
-    assert peak <= k + math.ceil(num_layers / k)  # about n/k + k
+    case = f"{num_layers} layers, segments={segments} ({k} segments)"
+    assert stored <= k, (
+        f"{case}: {stored} layer outputs are alive after the forward (the plain run keeps {num_layers}); "
+        f"only the {k - 1} inputs of segments 1..{k - 1} and the output may be")
+    assert peak <= k + math.ceil(num_layers / k), (
+        f"{case}: {peak} layer outputs alive at once during backward; recomputing one segment at a time keeps "
+        f"at most about {k + math.ceil(num_layers / k)} (segment inputs + one segment)")
 
 
 @pytest.mark.problem_4_3
@@ -214,13 +324,16 @@ def test_stores_segment_inputs_only_and_one_segment_in_backward(num_layers, segm
 def test_every_layer_recomputed_exactly_once(segments):
     layers = tanh_dropout_layers(16)
     _, _, calls = count_alive_outputs(layers, lambda ls, h: checkpoint_sequential(ls, h, segments))
-    assert calls == {"forward": 16, "backward": 16}
+    assert calls == {"forward": 16, "backward": 16}, (
+        f"16 layers, segments={segments}: the layers ran {calls['forward']} times in forward and "
+        f"{calls['backward']} times in backward; each runs once in forward and exactly once more in backward")
 
 
 @pytest.mark.problem_4_3
 @pytest.mark.criterion("4.3-recompute-count")
 @pytest.mark.parametrize("num_layers, segments, backward_order", [
     (7, None, [5, 6, 3, 4, 0, 1, 2]),  # round(sqrt(7)) = 3 segments: segment_bounds(7, 3), last one first
+    (10, None, [7, 8, 9, 4, 5, 6, 0, 1, 2, 3]),  # round(sqrt(10)) = 3, not 4
     (10, 4, [8, 9, 6, 7, 3, 4, 5, 0, 1, 2]),
 ])
 def test_backward_recomputes_the_segments_of_segment_bounds(num_layers, segments, backward_order):
@@ -230,20 +343,109 @@ def test_backward_recomputes_the_segments_of_segment_bounds(num_layers, segments
     output = checkpoint_sequential(layers, torch.randn(5, 12, dtype=torch.float64, requires_grad=True), segments)
     del order[:]  # only the recomputation in backward
     output.sum().backward()
-    assert order == backward_order, "backward must recompute the segments of segment_bounds, the last one first"
+    assert order == backward_order, (
+        f"{num_layers} layers, segments={segments}: backward ran the layers in the order {order}; expected "
+        f"{backward_order}, the segments of segment_bounds (None: round(sqrt(n)), the nearest int), last one first")
 
 
 @pytest.mark.problem_4_3
 @pytest.mark.criterion("4.3-arguments")
-@pytest.mark.parametrize("layers, segments", [([], None), ([nn.Tanh()], 0), ([nn.Tanh()] * 3, 4), ([nn.Tanh()] * 3, -1),
-                                              ([nn.Tanh()], 1.5), ([3], None)])
-def test_checkpoint_bad_arguments(layers, segments):
-    with pytest.raises(ValueError):
-        checkpoint_sequential(layers, torch.zeros(2, 2), segments)
+@pytest.mark.parametrize("layers, segments, wrong", [
+    ([], None, "no layers"), ([nn.Tanh()], 0, "segments = 0"), ([nn.Tanh()] * 3, 4, "more segments than layers"),
+    ([nn.Tanh()], 1.5, "segments is not an int"), ([nn.Tanh()] * 3, True, "segments is a bool"),
+    ([3], None, "a layer that is not callable"),
+])
+def test_checkpoint_bad_arguments(layers, segments, wrong):
+    raises_value_error(lambda: checkpoint_sequential(layers, torch.zeros(2, 2), segments),
+                       f"checkpoint_sequential({layers!r}, x, segments={segments!r})", wrong)
 
 
 @pytest.mark.problem_4_3
 @pytest.mark.criterion("4.3-arguments")
 def test_checkpoint_input_that_is_not_a_tensor():
-    with pytest.raises(ValueError):
-        checkpoint_sequential([nn.Tanh()], [[1.0, 2.0]])
+    raises_value_error(lambda: checkpoint_sequential([nn.Tanh()], [[1.0, 2.0]]),
+                       "checkpoint_sequential([Tanh()], [[1.0, 2.0]])", "x is not a tensor")
+
+
+@pytest.mark.problem_4_3
+@pytest.mark.criterion("4.3-caller-unchanged")
+@pytest.mark.parametrize("input_grad", [False, True])
+def test_callers_input_unchanged_and_a_second_backward(input_grad):
+    layers = tanh_dropout_layers(4)
+    x = torch.randn(5, 12, dtype=torch.float64, requires_grad=input_grad)
+    before = x.detach().clone()
+    output = checkpoint_sequential(layers, x, 2)
+    output.sum().backward(retain_graph=True)
+    first = [p.grad.clone() for layer in layers for p in layer.parameters()]
+    case = f"4 layers, segments=2, an input with requires_grad={input_grad}"
+    assert x.requires_grad is input_grad, f"{case}: afterwards x.requires_grad is {x.requires_grad}; keep the caller's"
+    assert torch.equal(x.detach(), before), f"{case}: the caller's x changed"
+    for layer in layers:
+        layer.zero_grad(set_to_none=True)
+    try:
+        output.sum().backward()
+    except RuntimeError as error:
+        pytest.fail(f"{case}: a second backward (retain_graph=True the first time) failed: {error}")
+    again = [p.grad for layer in layers for p in layer.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(first, again)), f"{case}: the second backward gives other gradients"
+
+
+# ---------------------------------------------------------------- Problem 4.4
+
+
+class Recorder(nn.Module):
+    """A stage that notes, per device, every forward and the start of every backward."""
+
+    def __init__(self, stage, num_devices, log, width=6):
+        super().__init__()
+        self.linear = nn.Linear(width, width, dtype=torch.float64)
+        self.stage, self.device, self.log = stage, stage % num_devices, log
+
+    def forward(self, x):
+        out = torch.tanh(self.linear(x))
+        self.log[self.device].append(f"F{self.stage}")
+        out.register_hook(lambda grad: self.log[self.device].append(f"B{self.stage}"))
+        return out
+
+
+def peaks(log, num_chunks):
+    result = []
+    for events in log:
+        held = peak = 0
+        for event in events:
+            held += 1 if event[0] == "F" else -1
+            peak = max(peak, held)
+        result.append(peak / num_chunks)
+    return result
+
+
+@pytest.mark.problem_4_4
+@pytest.mark.criterion("4.4-train-step")
+@pytest.mark.parametrize("num_devices, num_chunks, num_microbatches", [(2, 1, 4), (3, 1, 5), (2, 2, 4), (2, 3, 2)])
+def test_train_step_follows_your_schedule_and_matches_the_sequential_run(num_devices, num_chunks, num_microbatches):
+    case = f"train_step on {num_devices} devices x {num_chunks} chunks, M = {num_microbatches}"
+    torch.manual_seed(0)
+    log = [[] for _ in range(num_devices)]
+    stages = [Recorder(s, num_devices, log) for s in range(num_devices * num_chunks)]
+    reference = [nn.Linear(6, 6, dtype=torch.float64) for _ in stages]
+    for ours, theirs in zip(stages, reference):
+        theirs.load_state_dict(ours.linear.state_dict())
+    x, y = torch.randn(2 * num_microbatches + 1, 6, dtype=torch.float64), torch.randn(2 * num_microbatches + 1, 6, dtype=torch.float64)
+    with StageWorkers(["cpu"] * num_devices, timeout=20) as workers:
+        report = train_step(workers, stages, x, y, F.mse_loss, num_microbatches)
+    schedule = (one_f_one_b(num_devices, num_microbatches) if num_chunks == 1
+                else interleaved_one_f_one_b(num_devices, num_microbatches, num_chunks))
+    planned = [[f"{a.kind}{a.stage}" for a in row] for row in schedule]
+    assert log == planned, f"{case}: the devices ran (kind, stage) {log}; your schedule says {planned}"
+    predicted = simulated(schedule, case).peak_in_flight
+    assert peaks(log, num_chunks) == pytest.approx(predicted), (
+        f"{case}: measured peak activations per device {peaks(log, num_chunks)}; the simulator predicts {predicted}")
+    h = x
+    for layer in reference:
+        h = torch.tanh(layer(h))
+    loss = F.mse_loss(h, y)
+    loss.backward()
+    assert report.loss == pytest.approx(loss.item(), rel=1e-9), f"{case}: loss {report.loss}, expected {loss.item()}"
+    for s, (ours, theirs) in enumerate(zip(stages, reference)):
+        torch.testing.assert_close(ours.linear.weight.grad, theirs.weight.grad, rtol=1e-9, atol=1e-12,
+                                   msg=lambda text, s=s: f"{case}: the gradient of stage {s}'s weight: {text}")

@@ -18,8 +18,8 @@ from grader.checks import problem3 as checks
 
 pytestmark = pytest.mark.multirank  # launches torch.distributed ranks (left out of make test-fast)
 
-NAMES = ["fg", "scatter_gather", "column_row", "mlp", "attention", "layer", "embedding",
-         "fused_loss", "sequence_parallel", "single_process"]
+NAMES = ["caller_unchanged", "errors", "fg", "scatter_gather", "column_row", "mlp", "attention", "layer",
+         "embedding", "fused_loss", "sequence_parallel", "single_process", "train"]
 SEED = 20240
 
 
@@ -33,14 +33,14 @@ def restore_torch_distributed():
         setattr(module, name, original)
 
 
-def grade(name: str, seed: int = SEED) -> None:
+def grade(name: str, seed: int = SEED, **params) -> None:
     """The check along the grader's path (observe, plain data, save/load, judge)."""
-    observe_and_judge(checks, name, seed)
+    observe_and_judge(checks, name, seed, params)
 
 
-def fails(name: str, *fragments: str) -> str:
+def fails(name: str, *fragments: str, **params) -> str:
     with pytest.raises(Fail) as info:
-        grade(name)
+        grade(name, **params)
     message = str(info.value)
     for fragment in fragments:
         assert fragment in message, message
@@ -66,7 +66,7 @@ def test_f_and_g_backward_swapped_fails_f_g(monkeypatch):
     monkeypatch.setattr(tp._CopyToModelParallelRegion, "backward", staticmethod(lambda ctx, g: g))
     monkeypatch.setattr(tp._ReduceFromModelParallelRegion, "backward",
                         staticmethod(lambda ctx, g: tp._reduce(g)))
-    fails("fg", "t=2, rank 0, contiguous input and gradient: backward of f must all-reduce the gradient: the input grad is a partial sum")
+    fails("fg", "t=2, rank 0, f (8x2x16 float64): backward of f must give the SUM over ranks of the output gradients")
 
 
 def test_g_backward_all_reduce_alone_fails_f_g(monkeypatch):
@@ -77,7 +77,7 @@ def test_g_backward_all_reduce_alone_fails_f_g(monkeypatch):
 
 def test_g_without_all_reduce_fails_f_g(monkeypatch):
     monkeypatch.setattr(tp._ReduceFromModelParallelRegion, "forward", staticmethod(lambda ctx, x: x.clone()))
-    fails("fg", "forward of g (reduce_from_tensor_model_parallel_region) must all-reduce")
+    fails("fg", "forward of g (reduce_from_tensor_model_parallel_region) must sum over ranks")
 
 
 def test_f_forward_that_communicates_fails_f_g(monkeypatch):
@@ -87,7 +87,7 @@ def test_f_forward_that_communicates_fails_f_g(monkeypatch):
         return tp._reduce(x) / world()
 
     monkeypatch.setattr(tp._CopyToModelParallelRegion, "forward", staticmethod(average))
-    fails("fg", "rank 0, f: the forward must not communicate", "recorded all_reduce of 256")
+    fails("fg", "rank 0, f: the forward may move at most 0 elements per rank", "recorded all_reduce of 256")
 
 
 def test_gather_in_wrong_order_fails_scatter_gather(monkeypatch):
@@ -115,8 +115,7 @@ def test_bias_added_on_every_rank_fails_column_row(monkeypatch):
         return tp.reduce_from_tensor_model_parallel_region(F.linear(x, self.weight, self.bias))
 
     monkeypatch.setattr(tp.RowParallelLinear, "forward", forward)
-    fails("column_row", "RowParallelLinear(input_is_parallel=True) adds the bias on every rank before the all-reduce, "
-                        "so the output has it 2 times")
+    fails("column_row", "RowParallelLinear(input_is_parallel=True): the output holds the bias 2 times")
 
 
 def test_wrong_shard_slicing_fails_column_row(monkeypatch):
@@ -138,8 +137,20 @@ def test_no_value_error_for_indivisible_sizes_fails_column_row(monkeypatch):
         return original(self, master)
 
     monkeypatch.setattr(tp.ColumnParallelLinear, "shard", lenient)
-    fails("column_row", "ColumnParallelLinear(12, 5) (out_features not divisible by 2) must raise "
-                        "ValueError; got no exception")
+    fails("column_row", "ColumnParallelLinear(12, 5) (out_features not divisible by 2) must refuse")
+    fails("errors", "ColumnParallelLinear(12, 5) (a size 2 does not divide) must raise ValueError; got no exception")
+
+
+def test_assert_instead_of_value_error_costs_only_errors(monkeypatch):
+    original = tp.ColumnParallelLinear.shard
+
+    def asserting(self, master):
+        assert self.out_features % tp.get_world_size() == 0, "out_features must be divisible by t"
+        return original(self, master)
+
+    monkeypatch.setattr(tp.ColumnParallelLinear, "shard", asserting)
+    grade("column_row")
+    fails("errors", "ColumnParallelLinear(12, 5) (a size 2 does not divide) must raise ValueError; got AssertionError")
 
 
 # -- 3.3 --------------------------------------------------------------------------------
@@ -149,7 +160,8 @@ def test_gelu_after_the_row_split_fails_mlp_by_a_large_margin(monkeypatch):
         return tp.reduce_from_tensor_model_parallel_region(F.gelu(partial)) + self.fc2.bias
 
     monkeypatch.setattr(tp.ParallelMLP, "forward", forward)
-    message = fails("mlp", "ParallelMLP output: differs from the dense single-process result by")
+    message = fails("mlp", "ParallelMLP output (non-contiguous [8, 2, 16] input): differs from the dense "
+                           "single-process result by")
     assert float(message.split("result by ")[1].split()[0]) > 0.1, message
 
 
@@ -160,7 +172,8 @@ def test_mlp_with_extra_communication_fails_mlp(monkeypatch):
             F.linear(tp._split_along_last_dim(hidden), self.fc2.weight)) + self.fc2.bias
 
     monkeypatch.setattr(tp.ParallelMLP, "forward", forward)
-    fails("mlp", "the forward must communicate exactly all_reduce of 256", "recorded all_gather")
+    fails("mlp", "t=2, rank 0: ParallelMLP: the forward may move at most 256 elements per rank",
+          "recorded all_gather of 512")
 
 
 def test_non_causal_attention_fails_attention(monkeypatch):
@@ -171,7 +184,7 @@ def test_non_causal_attention_fails_attention(monkeypatch):
         return original(self, x)
 
     monkeypatch.setattr(tp.ParallelSelfAttention, "forward", forward)
-    fails("attention", "ParallelSelfAttention (causal) output: differs")
+    fails("attention", "ParallelSelfAttention (causal) output (non-contiguous [8, 2, 16] input): differs")
 
 
 def test_layer_without_residual_fails_layer(monkeypatch):
@@ -180,12 +193,28 @@ def test_layer_without_residual_fails_layer(monkeypatch):
         return self.mlp(self.ln2(x))
 
     monkeypatch.setattr(tp.ParallelTransformerLayer, "forward", forward)
-    fails("layer", "ParallelTransformerLayer output: differs")
+    fails("layer", "ParallelTransformerLayer output (non-contiguous [8, 2, 16] input): differs")
 
 
-def test_f_backward_identity_fails_layer_gradients(monkeypatch):
+def test_a_3_1_mistake_costs_no_criterion_of_3_2_to_3_6(monkeypatch):
     monkeypatch.setattr(tp._CopyToModelParallelRegion, "backward", staticmethod(lambda ctx, g: g))
-    fails("layer", "ParallelTransformerLayer input grad: differs")
+    for name in ("column_row", "layer", "train"):  # they run with the grader's own f and g
+        grade(name, world_sizes=[2])
+    fails("fg", "backward of f must give the SUM over ranks")
+
+
+def test_a_mask_cached_on_the_module_fails_attention_on_the_second_call(monkeypatch):
+    def forward(self, x):  # the causal mask of the first call, kept for later calls
+        qkv = self.qkv(x)
+        s, b = qkv.shape[0], qkv.shape[1]
+        if not hasattr(self, "mask"):
+            self.mask = torch.ones(s, s, dtype=torch.bool).tril() if self.causal else None
+        q, k, v = (t.reshape(s, b, self.local_heads, self.head_dim).permute(1, 2, 0, 3) for t in qkv.chunk(3, -1))
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask)
+        return self.out(context.permute(2, 0, 1, 3).reshape(s, b, -1))
+
+    monkeypatch.setattr(tp.ParallelSelfAttention, "forward", forward)
+    fails("attention", "your code raised RuntimeError")
 
 
 # -- 3.4 --------------------------------------------------------------------------------
@@ -195,7 +224,7 @@ def test_embedding_without_mask_fails_embedding(monkeypatch):
         return tp.reduce_from_tensor_model_parallel_region(F.embedding(local, self.weight))
 
     monkeypatch.setattr(tp.VocabParallelEmbedding, "forward", forward)
-    fails("embedding", "ids outside a rank's vocabulary range must contribute zeros")
+    fails("embedding", "every rank's output must be the embedding of every id")
 
 
 def test_logits_all_gathered_fails_fused_loss(monkeypatch):
@@ -217,21 +246,27 @@ def test_loss_without_the_max_fails_fused_loss(monkeypatch):
         return sum_exp.log() - tp.reduce_from_tensor_model_parallel_region(picked)
 
     monkeypatch.setattr(tp, "vocab_parallel_cross_entropy", naive)
-    fails("fused_loss", "per-token loss (like F.cross_entropy(reduction='none'))")
+    fails("fused_loss", "per-token loss (like F.cross_entropy(reduction='none'), non-contiguous logits)")
 
 
 # -- 3.5 --------------------------------------------------------------------------------
 def test_sequence_parallel_via_all_reduce_fails_sequence_parallel(monkeypatch):
-    monkeypatch.setattr(tp._ReduceScatterToSequenceParallelRegion, "forward",
-                        staticmethod(lambda ctx, x: tp._split_along_first_dim(tp._reduce(x))))
-    fails("sequence_parallel", "sequence parallelism replaces each all-reduce of activations by a "
-                               "reduce-scatter and an all-gather; recorded all_reduce of 256")
+    original = tp.RowParallelLinear.forward
+
+    def forward(self, x):  # right values: all-reduce, then keep this rank's block of the sequence
+        if not self.sequence_parallel:
+            return original(self, x)
+        y = tp.scatter_to_sequence_parallel_region(tp.reduce_from_tensor_model_parallel_region(F.linear(x, self.weight)))
+        return y + tp.copy_to_tensor_model_parallel_region(self.bias)
+
+    monkeypatch.setattr(tp.RowParallelLinear, "forward", forward)
+    fails("sequence_parallel", "with sequence parallelism the forward all-reduces no activation", "recorded all_reduce of 256")
 
 
 def test_layer_norm_grads_not_summed_fails_sequence_parallel(monkeypatch):
     monkeypatch.setattr(tp.ReplicatedLayerNorm, "sequence_parallel_parameters",
                         lambda self: (self.weight, self.bias))
-    fails("sequence_parallel", "the gradient of ln1.weight is a partial sum over this rank's block")
+    fails("sequence_parallel", "the gradient of ln1.weight covers only this rank's block of the sequence")
 
 
 def test_stub_raises_not_implemented_with_the_rank(monkeypatch):
@@ -269,14 +304,73 @@ def test_recorder_sees_every_kind_once_with_full_sizes():
 
 
 # -- classes found in real code ---------------------------------------------------------
-def test_megatron_style_in_place_reduce_fails_f_g(monkeypatch):
+def test_megatron_style_in_place_reduce_costs_only_caller_unchanged(monkeypatch):
     def in_place(x):
         if tp.get_world_size() > 1:
-            dist.all_reduce(x.contiguous())
+            x = x.contiguous()  # a copy only when x is not contiguous
+            dist.all_reduce(x)
         return x
 
     monkeypatch.setattr(tp, "_reduce", in_place)
-    fails("fg", "t=2, rank 0, contiguous input and gradient: the backward of f changed the gradient it was given in place")
+    grade("fg")
+    fails("caller_unchanged", "t=2, rank 0: copy_to_tensor_model_parallel_region (contiguous): its backward changed "
+                              "the gradient autograd handed it, in place")
+
+
+def test_a_loss_that_overwrites_the_callers_logits_costs_only_caller_unchanged(monkeypatch):
+    original = tp.vocab_parallel_cross_entropy
+
+    def overwriting(logits, target):
+        loss = original(logits, target)
+        with torch.no_grad():
+            logits.sub_(logits.amax(dim=-1, keepdim=True))  # "stabilised" in place, after the fact
+        return loss
+
+    monkeypatch.setattr(tp, "vocab_parallel_cross_entropy", overwriting)
+    grade("fused_loss")
+    fails("caller_unchanged", "vocab_parallel_cross_entropy changed the caller's argument 0 in place")
+
+
+def test_parameters_that_are_views_of_the_master_cost_only_caller_unchanged(monkeypatch):
+    def viewing(self, master):
+        rank, size = tp.get_rank(), tp.divide(self.out_features, tp.get_world_size(), "out_features")
+        rows = slice(rank * size, (rank + 1) * size)
+        return master["weight"][rows], master["bias"][rows] if "bias" in master else None
+
+    monkeypatch.setattr(tp.ColumnParallelLinear, "shard", viewing)
+    grade("column_row")
+    fails("caller_unchanged", "ColumnParallelLinear: parameter(s) bias, weight share memory with the master")
+
+
+def test_an_embedding_that_is_not_vocabulary_parallel_fails_train(monkeypatch):
+    original = tp.ParallelLanguageModel.__init__
+
+    def replicated(self, vocab_size, hidden_size, *args, master=None, **kwargs):
+        original(self, vocab_size, hidden_size, *args, master=master, **kwargs)
+        self.embedding = torch.nn.Embedding(vocab_size, hidden_size, dtype=master["embedding.weight"].dtype)
+        with torch.no_grad():
+            self.embedding.weight.copy_(master["embedding.weight"])
+
+    monkeypatch.setattr(tp.ParallelLanguageModel, "__init__", replicated)
+    fails("train", "t=2, rank 0, sequence_parallel=False: the model holds", "at most 1/2 of the dense model's",
+          world_sizes=[2])
+
+
+def test_training_without_zeroing_the_gradients_fails_train(monkeypatch):
+    def accumulating(model, batches, lr):
+        losses = []
+        for ids, targets in batches:
+            loss = model(ids, targets)
+            loss.backward()
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter -= lr * parameter.grad
+            losses.append(float(loss.detach()))
+        return losses
+
+    monkeypatch.setattr(tp, "train_language_model", accumulating)
+    fails("train", "t=1, rank 0, sequence_parallel=False: the mean loss on a held-out batch after training",
+          world_sizes=[1])
 
 
 def test_a_truncating_split_fails_scatter_gather(monkeypatch):
@@ -286,7 +380,7 @@ def test_a_truncating_split_fails_scatter_gather(monkeypatch):
 
     monkeypatch.setattr(tp, "_split_along_last_dim", truncating)
     fails("scatter_gather", "scatter_to_tensor_model_parallel_region of a tensor of shape [8, 2, 17]",
-          "must raise ValueError; got no exception")
+          "must refuse (raise an exception); it returned normally")
 
 
 def test_row_parallel_bias_none_fails_column_row_in_the_students_terms(monkeypatch):
@@ -314,13 +408,15 @@ def test_two_scalars_per_token_in_one_collective_pass_fused_loss(monkeypatch):
     def fused(logits, target):
         rank = tp.get_rank()
         logits_max = logits.max(dim=-1).values
-        dist.all_reduce(logits_max, op=dist.ReduceOp.MAX)
+        if tp.get_world_size() > 1:
+            dist.all_reduce(logits_max, op=dist.ReduceOp.MAX)
         shifted = logits - logits_max.unsqueeze(-1)
         start, end = rank * logits.shape[-1], (rank + 1) * logits.shape[-1]
         inside = (target >= start) & (target < end)
         picked = shifted.gather(-1, (target - start).clamp(0, logits.shape[-1] - 1).unsqueeze(-1)).squeeze(-1) * inside
         both = torch.stack([picked, shifted.exp().sum(-1)])
-        dist.all_reduce(both)  # 2 scalars per token, one collective
+        if tp.get_world_size() > 1:
+            dist.all_reduce(both)  # 2 scalars per token, one collective
         return both[1].log() - both[0]
 
     monkeypatch.setattr(tp, "vocab_parallel_cross_entropy", fused)  # not autograd-aware: the gradient is wrong
@@ -340,3 +436,24 @@ def test_an_unguarded_collective_fails_only_single_process(monkeypatch):
     grade("fg")
     fails("single_process", "f and g, in one process without a process group (t = 1): your code raised",
           'File "tensor_parallel.py"')
+
+
+def test_requires_grad_switched_on_the_callers_input_costs_only_caller_unchanged(monkeypatch):
+    original = tp.ColumnParallelLinear.forward
+
+    def forward(self, x):
+        return original(self, x.requires_grad_())  # "so that f has something to sum"
+
+    monkeypatch.setattr(tp.ColumnParallelLinear, "forward", forward)
+    fails("caller_unchanged", "ColumnParallelLinear changed the caller's argument 0's requires_grad in place")
+
+
+def test_the_world_size_read_at_import_fails_scatter_gather(monkeypatch):
+    world_size = tp.get_world_size()  # here, before any process group: 1
+
+    def split(x):
+        size = x.shape[-1] // world_size
+        return x[..., tp.get_rank() * size:(tp.get_rank() + 1) * size].contiguous()
+
+    monkeypatch.setattr(tp, "_split_along_last_dim", split)
+    fails("scatter_gather", "t=2: your code raised RuntimeError")

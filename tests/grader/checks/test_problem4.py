@@ -4,6 +4,7 @@ Each wrong variant replaces one function of the student module (monkeypatch) and
 fail the criterion it targets with a message that says what went wrong.
 """
 
+import math
 import re
 
 import pytest
@@ -27,6 +28,8 @@ CRITERIA = {  # check name -> observe function used
     "recompute_grads": "recompute_grads",
     "recompute_memory": "recompute_memory",
     "recompute_count": "recompute_count",
+    "recompute_caller": "recompute_caller",
+    "train_step": "train_step",
 }
 
 
@@ -60,10 +63,10 @@ def test_answer_key_passes(name, seed):
     run_check(name, seed)
 
 
-def test_rubric_entries_name_existing_checks_and_total_20():
+def test_rubric_entries_name_existing_checks_and_total_18():
     rubric = tomllib.loads(DEFAULT_RUBRIC.read_text())
     problem4 = [c for c in rubric["criterion"] if c["problem"].startswith("4.")]
-    assert sum(c["points"] for c in problem4) == 20
+    assert sum(c["points"] for c in problem4) == 18
     for criterion in problem4:
         module, name = criterion["check"].split(":")
         assert module == "problem4"
@@ -75,7 +78,7 @@ def test_stub_raises_not_implemented(name, student):
     def stub(*args, **kwargs):
         raise NotImplementedError("Problem 4.x")
 
-    for attribute in ("one_f_one_b", "interleaved_one_f_one_b", "checkpoint_sequential"):
+    for attribute in ("one_f_one_b", "interleaved_one_f_one_b", "checkpoint_sequential", "train_step"):
         student(attribute, stub)
     with pytest.raises(NotImplementedError):
         run_check(name)
@@ -143,7 +146,7 @@ def test_interleaved_all_forwards_first_fails_peak(student):
         return [[a for a in row if a.kind == "F"] + [a for a in row if a.kind == "B"] for row in rows]
 
     student("interleaved_one_f_one_b", forwards_first)
-    fails("interleaved", r"holds up to .* the interleaved order of the docstring holds at most")
+    fails("interleaved", r"holds up to .* Megatron-LM's order holds at most")
 
 
 def test_interleaved_backward_chunks_not_reversed_fails(student):
@@ -157,6 +160,57 @@ def test_interleaved_backward_chunks_not_reversed_fails(student):
 
     student("interleaved_one_f_one_b", same_chunk_order)
     fails("interleaved", "not a valid schedule: deadlock|one step takes")
+
+
+def test_interleaved_warmup_that_only_ties_with_instant_transfers_fails(student):
+    """K - d - 1 + (v - 1)K warm-up forwards: as fast as Megatron's order and lighter on memory
+    with instant transfers, slower as soon as a transfer takes time."""
+    from grader.checks.problem4 import reference_interleaved
+
+    def short_warmup(k, m, v):
+        rows = reference_interleaved(k, m, v)
+        result = []
+        for d, row in enumerate(rows):
+            forwards = [Action(*a) for a in row if a[1] == "F"]
+            backwards = [Action(*a) for a in row if a[1] == "B"]
+            warmup = min((k - d - 1) + (v - 1) * k if v > 1 else k - d - 1, len(forwards))
+            order = forwards[:warmup]
+            for i in range(len(forwards) - warmup):
+                order += [forwards[warmup + i], backwards[i]]
+            result.append(order + backwards[len(forwards) - warmup:])
+        return result
+
+    student("interleaved_one_f_one_b", short_warmup)
+    fails("interleaved", r"with a transfer delay of 0.5 units .* Megatron-LM's order takes .* With instant transfers the two tie")
+
+
+@pytest.mark.parametrize("kind, label", [(bool, r"\(True, 4\): K is a bool, expected ValueError at the call; it returned"),
+                                         (str, r"\('4', 8\): K is a string, expected ValueError at the call; it returned")])
+def test_bools_or_strings_accepted_fail_arguments(student, kind, label):
+    one_f_one_b = answer("one_f_one_b")
+
+    def lenient(k, m):
+        return one_f_one_b(int(k), int(m)) if isinstance(k, kind) or isinstance(m, kind) else one_f_one_b(k, m)
+
+    student("one_f_one_b", lenient)
+    fails("one_f_one_b_arguments", label)
+
+
+def test_v1_without_the_multiple_rule_fails_arguments(student):
+    interleaved_one_f_one_b, one_f_one_b = answer("interleaved_one_f_one_b"), answer("one_f_one_b")
+
+    student("interleaved_one_f_one_b", lambda k, m, v: one_f_one_b(k, m) if v == 1 else interleaved_one_f_one_b(k, m, v))
+    fails("interleaved_arguments", r"\(4, 6, 1\): M = 6 is not a multiple of K = 4 \(the rule holds for v = 1 too\)")
+    run_check("interleaved")  # valid cases: still full marks on understanding
+
+
+def test_a_forged_observation_that_leaves_out_cases_fails():
+    from grader.checks import Malformed, observed
+
+    observation = checks.observe_one_f_one_b(SEED, {})
+    observation["schedules"] = observation["schedules"][:1]
+    with pytest.raises(Malformed, match="asked for 20 cases and got 1"):
+        checks.judge_one_f_one_b(SEED, {}, observed(observation))
 
 
 def test_bad_m_not_raising_fails(student):
@@ -181,7 +235,7 @@ def test_bad_m_raising_for_everything_fails(student):
 
 
 def make_checkpoint(replay_rng=True, restore_rng=True, recompute_times=1, forward_times=1, modules_only=False,
-                    segment_count=None):
+                    segment_count=None, frozen_aware=True):
     """A hand-written checkpoint with one deliberate defect switched on."""
 
     class Segment(torch.autograd.Function):
@@ -205,8 +259,9 @@ def make_checkpoint(replay_rng=True, restore_rng=True, recompute_times=1, forwar
                     out = ctx.run(x)
             if restore_rng:
                 torch.set_rng_state(before)
-            grads = torch.autograd.grad(out, [x, *params], grad)
-            return (None, *grads)
+            wanted = [t for t in (x, *params) if t.requires_grad or not frozen_aware]
+            grads = iter(torch.autograd.grad(out, wanted, grad))
+            return (None, *(next(grads) if t.requires_grad or not frozen_aware else None for t in (x, *params)))
 
     def checkpoint_sequential(layers, x, segments=None):
         run_layers, segment_bounds = answer("run_layers"), answer("segment_bounds")
@@ -234,6 +289,17 @@ def test_layers_taken_for_modules_fail_bit_identity(student):
         run_check("recompute_grads")
 
 
+def test_ceil_instead_of_round_for_the_default_fails_count(student):
+    student("checkpoint_sequential", make_checkpoint(segment_count=lambda r: math.ceil(r)))
+    fails("recompute_count", r"10 layers.*expected \[4, 3, 3\].*round\(sqrt\(10\)\) = 3")
+
+
+def test_gradients_asked_of_frozen_parameters_fail_bit_identity(student):
+    student("checkpoint_sequential", make_checkpoint(frozen_aware=False))
+    with pytest.raises(RuntimeError, match="does not require grad"):  # the student's own exception
+        run_check("recompute_grads")
+
+
 def test_int_instead_of_round_for_the_default_fails_count(student):
     student("checkpoint_sequential", make_checkpoint(segment_count=int))
     fails("recompute_count", r"backward recomputed segments of \[4, 3\] layers .* expected \[3, 2, 2\].*round\(sqrt\(7\)\) = 3")
@@ -251,18 +317,18 @@ def test_sizes_not_checked_fail_arguments(student, function, args):
 
     student(function, partly_checked)
     name = "one_f_one_b_arguments" if function == "one_f_one_b" else "interleaved_arguments"
-    fails(name, re.escape(f"{function}{args}") + ": .* expected ValueError; it returned")
+    fails(name, re.escape(f"{function}{args}") + ": .* expected ValueError at the call; it returned")
 
 
 def test_checkpoint_arguments_not_checked_fail(student):
     run_layers = answer("run_layers")
     student("checkpoint_sequential", lambda layers, x, segments=None: run_layers(layers, x))
-    fails("recompute_arguments", r"checkpoint_sequential\(\[\], x, segments=None\): no layers, expected ValueError")
+    fails("recompute_arguments", r"checkpoint_sequential\(\[\], x\): no layers, expected ValueError")
 
 
 def test_no_rng_replay_fails_bit_identity(student):
     student("checkpoint_sequential", make_checkpoint(replay_rng=False))
-    fails("recompute_grads", r"dropout p=0.25: grad of .* not bit-identical .* RNG state replayed")
+    fails("recompute_grads", r"dropout p=0.25 \(case 0, seed 1234\): grad of .* not bit-identical .* drawn again in backward")
 
 
 def test_rng_left_changed_after_backward_fails(student):
@@ -313,3 +379,130 @@ def test_torch_utils_checkpoint_is_refused(student):
     student("checkpoint_sequential", lambda layers, x, segments=None: torch_version(
         torch.nn.Sequential(*layers), segments or 2, x, use_reentrant=False))
     fails("recompute_grads", "hand-written recomputation|must build the result itself")
+
+
+def test_parameters_cached_on_the_first_call_fail_bit_identity(student):
+    """State kept across calls: each segment's parameter list from the first call reused."""
+    run_layers, segment_bounds, checkpoint = answer("run_layers"), answer("segment_bounds"), answer("CheckpointSegment")
+    cache = {}
+
+    def cached(layers, x, segments=None):
+        layers = list(layers)
+        for index, (start, stop) in enumerate(segment_bounds(len(layers), segments or round(len(layers) ** 0.5))):
+            part = layers[start:stop]
+            params = cache.setdefault(index, [p for layer in part if isinstance(layer, torch.nn.Module)
+                                              for p in layer.parameters()])
+            x = checkpoint.apply(lambda h, part=part: run_layers(part, h), x, *params)
+        return x
+
+    student("checkpoint_sequential", cached)
+    fails("recompute_grads", r"12 layers, segments=3, .*: grad of parameter 0: expected a gradient, got none")
+
+
+def test_requires_grad_switched_on_the_callers_input_fails_caller_unchanged(student):
+    checkpoint_sequential = answer("checkpoint_sequential")
+
+    def switching(layers, x, segments=None):
+        x.requires_grad_()
+        return checkpoint_sequential(layers, x, segments)
+
+    student("checkpoint_sequential", switching)
+    fails("recompute_caller", r"does not require grad: afterwards x.requires_grad is True")
+
+
+def test_saved_input_mutated_in_backward_fails_caller_unchanged(student):
+    run_layers, segment_bounds = answer("run_layers"), answer("segment_bounds")
+
+    class Segment(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, run, x, *params):
+            ctx.run, ctx.state = run, torch.get_rng_state()
+            ctx.save_for_backward(x, *params)
+            return run(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, *params = ctx.saved_tensors
+            before = torch.get_rng_state()
+            torch.set_rng_state(ctx.state)
+            with torch.enable_grad():
+                inner = x.detach().requires_grad_()
+                out = ctx.run(inner)
+            torch.set_rng_state(before)
+            grads = torch.autograd.grad(out, [inner, *params], grad)
+            x.data.mul_(0)  # "free" the saved input once used: the caller's tensor for segment 0
+            return (None, *grads)
+
+    def mutating(layers, x, segments=None):
+        layers = list(layers)
+        for start, stop in segment_bounds(len(layers), segments or round(len(layers) ** 0.5)):
+            part = layers[start:stop]
+            params = [p for layer in part if isinstance(layer, torch.nn.Module) for p in layer.parameters()]
+            x = Segment.apply(lambda h, part=part: run_layers(part, h), x, *params)
+        return x
+
+    student("checkpoint_sequential", mutating)
+    fails("recompute_caller", r"the caller's x changed|second backward")
+
+
+# ---------------------------------------------------------------- 4.4
+
+
+def test_train_step_always_interleaved_raises_for_v1_with_m_not_a_multiple(student):
+    run_schedule, interleaved = answer("run_schedule"), answer("interleaved_one_f_one_b")
+
+    def always_interleaved(workers, stages, inputs, targets, loss_fn, num_microbatches):
+        schedule = interleaved(workers.num_stages, num_microbatches, len(stages) // workers.num_stages)
+        return run_schedule(workers, stages, schedule, inputs, targets, loss_fn)
+
+    student("train_step", always_interleaved)
+    with pytest.raises(ValueError, match="multiple"):
+        run_check("train_step")
+
+
+def test_train_step_with_its_own_gpipe_order_fails(student):
+    from minitorch import schedules
+
+    run_schedule, train_step = answer("run_schedule"), answer("train_step")
+
+    def gpipe_step(workers, stages, inputs, targets, loss_fn, num_microbatches):
+        if len(stages) != workers.num_stages:
+            return train_step(workers, stages, inputs, targets, loss_fn, num_microbatches)
+        return run_schedule(workers, stages, schedules.gpipe(workers.num_stages, num_microbatches), inputs, targets, loss_fn)
+
+    student("train_step", gpipe_step)
+    fails("train_step", r"device 0 ran \(kind, stage\) F0 F0 .*your schedule says")
+
+
+def test_train_step_passes_with_another_valid_schedule_of_the_student(student):
+    """4.4 judges the step against the student's own schedule: a GPipe-order 1F1B (wrong for
+    4.1-peak) still trains correctly, and the measured peak is that order's."""
+    from minitorch import schedules
+
+    student("one_f_one_b", lambda k, m: schedules.gpipe(k, m))
+    run_check("train_step")
+
+
+def test_train_step_that_deadlocks_fails_within_its_time(student):
+    run_schedule, one_f_one_b = answer("run_schedule"), answer("one_f_one_b")
+
+    def deadlocking(workers, stages, inputs, targets, loss_fn, num_microbatches):
+        schedule = one_f_one_b(workers.num_stages, num_microbatches)
+        schedule[-1] = [schedule[-1][1], schedule[-1][0], *schedule[-1][2:]]  # last device: B0 before F0
+        return run_schedule(workers, stages, schedule, inputs, targets, loss_fn)
+
+    student("train_step", deadlocking)
+    with pytest.raises(ValueError, match="deadlock"):
+        run_check("train_step")
+
+
+def test_train_step_that_forgets_a_microbatch_fails_gradients(student):
+    run_schedule, one_f_one_b, interleaved = answer("run_schedule"), answer("one_f_one_b"), answer("interleaved_one_f_one_b")
+
+    def last_rows_dropped(workers, stages, inputs, targets, loss_fn, num_microbatches):
+        k, v = workers.num_stages, len(stages) // workers.num_stages
+        schedule = one_f_one_b(k, num_microbatches) if v == 1 else interleaved(k, num_microbatches, v)
+        return run_schedule(workers, stages, schedule, inputs[:-1], targets[:-1], loss_fn)
+
+    student("train_step", last_rows_dropped)
+    fails("train_step", r"loss|gradient of stage")

@@ -1,0 +1,7 @@
+"""``python -m course COMMAND ...``: see :mod:`course.cli`."""
+import sys
+
+from course.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""What grading one student gave, as the gradebook's row: shared by batch, Slurm, the
+gradebook and the dashboard (each imports it; it imports none of them).
+
+:class:`StudentGrade` is one row; :func:`apply_report` fills its scores and report flags from
+a student's JSON report; :func:`default_rows` and :func:`write_csv` write the gradebook CSV,
+every cell through :func:`escape_cell`; :func:`problem_key` orders problem ids (2.10 after 2.9).
+:func:`save_rows` leaves the gradebook's final rows beside the reports (:data:`ROWS_FILE`), so the
+dashboard shows every flag the CSV has, whichever flow (batch or Slurm) wrote it.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.layout import STUDENT_FILES
+from grader.protocol import printable, write_atomic
+
+# The gradebook's rows, beside the students' reports: no student's file can have this name
+# (student files are named by course.discovery.safe_file_name, which never writes "@").
+ROWS_FILE = "gradebook@class.json"
+
+
+@dataclass
+class StudentGrade:
+    """What grading one student produced: a row of the gradebook."""
+
+    student: str
+    path: Path
+    report_path: Path
+    status: str = "graded"
+    score: float | None = None
+    max_score: float | None = None
+    problems: dict[str, float] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    detail: str = ""
+    changes: list[dict] = field(default_factory=list)  # what a regrade changed (course.regrade)
+
+
+def apply_report(outcome: StudentGrade, report: dict) -> None:
+    """Scores per problem, total, max_score and the report's own flags: ``needs_review``
+    whenever the report asks for a person, whatever the reason."""
+    for criterion in report["criteria"]:
+        problem = criterion["problem"]
+        outcome.problems[problem] = outcome.problems.get(problem, 0) + criterion["earned"]
+    outcome.score = sum(c["earned"] for c in report["criteria"])
+    max_score = report.get("max_score")
+    outcome.max_score = max_score if isinstance(max_score, (int, float)) else None
+    files = report["files"] if isinstance(report.get("files"), dict) else {}
+    outcome.flags += [f"missing:{name}" for name in STUDENT_FILES if name not in files]
+    errors = sum(1 for c in report["criteria"] if c.get("status") == "error")
+    if errors:
+        outcome.flags += [f"criterion_errors={errors}", "needs_review"]
+    findings = report.get("policy_findings")
+    if isinstance(findings, list) and findings:
+        outcome.flags.append(f"policy_findings={len(findings)}")
+    reasons = report.get("review_reasons")
+    if (report.get("needs_review") is True or (isinstance(reasons, list) and reasons)) and "needs_review" not in outcome.flags:
+        outcome.flags.append("needs_review")
+    blocked = report.get("blocked_points")
+    if isinstance(blocked, (int, float)) and blocked:
+        outcome.flags.append(f"blocked_points={blocked:g}")
+
+
+def escape_cell(value: object) -> str:
+    """A CSV cell a spreadsheet shows as text: control characters escaped, formula-like
+    starts given a leading quote."""
+    text = "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+    text = printable(text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def problem_key(problem: str) -> tuple:
+    return tuple(int(part) if part.isdigit() else part for part in problem.split("."))
+
+
+def default_rows(outcomes: list[StudentGrade], finals: dict[str, float | None] | None = None) -> list[list[object]]:
+    """The gradebook CSV's rows; with ``finals`` (the course's adjustments), a ``final``
+    column after the grader's raw ``total``."""
+    problems = sorted({p for o in outcomes for p in o.problems}, key=problem_key)
+    final = ["final"] if finals is not None else []
+    rows: list[list[object]] = [["student", *problems, "total", *final, "max_score", "status", "flags", "report"]]
+    for o in outcomes:
+        scores = [o.problems.get(p) if o.score is not None else None for p in problems]
+        adjusted = [finals.get(o.student, o.score)] if finals is not None else []
+        rows.append([o.student, *scores, o.score, *adjusted, o.max_score, o.status, ";".join(o.flags), str(o.report_path)])
+    return rows
+
+
+def write_csv(path: Path, rows: list[list]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([[escape_cell(cell) for cell in row] for row in rows])
+
+
+def save_rows(reports: Path, outcomes: list[StudentGrade]) -> None:
+    """The gradebook's rows as the CSV has them, into ``reports``/:data:`ROWS_FILE`."""
+    rows = [{"student": o.student, "status": o.status, "score": o.score, "max_score": o.max_score, "flags": o.flags,
+             "detail": o.detail, "report": o.report_path.name} for o in outcomes]
+    reports.mkdir(parents=True, exist_ok=True)
+    write_atomic(reports / ROWS_FILE, json.dumps(rows, indent=1) + "\n")
+
+
+def load_rows(reports: Path) -> dict[str, dict]:
+    """``{report file name: row}`` from :func:`save_rows`; empty when there is none or it is unreadable."""
+    try:
+        rows = json.loads((reports / ROWS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {row["report"]: row for row in rows if isinstance(row, dict) and isinstance(row.get("report"), str)
+            and isinstance(row.get("student"), str) and isinstance(row.get("flags"), list)} if isinstance(rows, list) else {}
