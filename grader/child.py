@@ -10,16 +10,19 @@ The child isolates itself before any student code runs, in this order:
    repository root, where the answer key lives), and every ``minitorch*`` module is purged,
    so ``import minitorch.pipeline`` finds the submitted file and nothing else;
 4. resource limits (memory, processes, file size) on top of what the child already uses;
-5. when the grader runs as root: its own view of the file system (the grader's files hidden,
-   private ``/tmp``, ``/var/tmp`` and ``/dev/shm`` that vanish with it), its own network, and
-   then the unprivileged uid the grader leased for its children;
+5. when the grader runs as root: a jail (see :func:`enter_jail`: its own mount and IPC
+   namespaces, a root holding only the system's and Python's folders and its tree, read-only,
+   size-bounded scratch folders of its own, a ``/proc`` showing only its own processes; where
+   the machine does not allow it, the grader's files hidden and private temp folders), its
+   own network, and then the unprivileged uid the grader leased for its children;
 6. a private TMPDIR/HOME/working directory and an environment of only what the harness
    passed (none of the TA's variables);
 7. the grader's modules are taken out of ``sys.modules`` (the student's code cannot look up
-   the hidden checks there), the provided modules the checks rely on are imported, what
+   the hidden checks there), the provided modules the checks rely on are imported and handed
+   to the checks' toolkit, writes to the watched modules start being recorded, what
    reporting needs is made ready (``torch.save`` warmed up, descriptors reserved), and the
-   objects the checks trust are noted (see :func:`_snapshot`); then the marker says
-   "started": any grader error reported after this point is forged.
+   objects the checks trust are noted (see :func:`grader.checks.identities`); then the
+   marker says "started": any grader error reported after this point is forged.
 
 Then ``observe_<name>(seed, params)`` runs and its observation (or what went wrong) is
 written with ``torch.save``; the parent reads it with ``torch.load(weights_only=True)`` and
@@ -28,7 +31,6 @@ descriptors, never the student's ``sys.stdout``.
 """
 from __future__ import annotations
 
-import builtins
 import ctypes
 import fcntl
 import importlib
@@ -36,13 +38,13 @@ import importlib.util
 import io
 import os
 import random
+import re
 import resource
 import signal
 import socket
 import struct
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ from typing import Any
 
 import torch
 
+from grader import checks as toolkit
 from grader.checks import Fail
 from grader.processes import processes_of
 from grader.protocol import Kind
@@ -57,19 +60,22 @@ from grader.protocol import Kind
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+# Per-mount flags of /proc/self/mountinfo kept when a mount is made read-only (dropping a
+# flag the mount already has would be refused, and would loosen it).
+MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024, "nodiratime": 2048,
+               "relatime": 1 << 21}
+# The child's writable temp folders inside its jail, besides its private working folder.
+JAIL_TEMP_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-# What a child must not change in the grader's own code (checked after observe: a child that
-# monkeypatches them has its observation voided, whatever the judge would say).
-WATCHED_TORCH = ("allclose", "isclose", "equal", "testing.assert_close", "save", "load")
-# Namespaces whose every attribute the checks may rely on: the tensor methods they observe
-# (.to, .clone, ...), the clocks and thread names of the timing and call-order checks.
-WATCHED_NAMESPACES = (("torch.Tensor", torch.Tensor), ("time", time))
-WATCHED_THREADING = ("current_thread", "get_ident", "Thread", "Lock", "Event")
-# Provided modules the checks rely on (their attributes and their classes' attributes):
-# imported from the tree before the student's code runs, so a replacement shows.
-WATCHED_PROVIDED = ("minitorch.runtime", "minitorch.schedules", "minitorch.distributed")
+# Provided modules the student files import and the checks rely on (their attributes, their
+# classes' attributes and what their containers hold): imported from the tree before the
+# student's code runs, so a replacement shows (see grader.checks.identities), and so code that
+# exhausts the descriptors at import cannot stop the student file's own imports.
+WATCHED_PROVIDED = ("minitorch", "minitorch.runtime", "minitorch.schedules", "minitorch.distributed",
+                    "minitorch.cost_model", "minitorch.executor")
 RESERVED_DESCRIPTORS = 16  # kept open while the student's code runs, closed for reporting
 _write = os.write  # the child's own, whatever the student's code does to os.write
 
@@ -100,6 +106,9 @@ class Job:
     private_temp: tuple = ()
     environment: dict = field(default_factory=dict)
     started_path: str = ""
+    jail: tuple = ()
+    jail_root: str = ""
+    scratch_bytes: int = 0
 
 
 def ping() -> None:
@@ -268,9 +277,99 @@ def private_network() -> None:
         fcntl.ioctl(handle, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
 
 
+def _mount_points() -> list[tuple[str, int]]:
+    """``(mount point, per-mount flags)`` of every mount this process sees, parents first."""
+    found = []
+    with open("/proc/self/mountinfo", "rb") as mountinfo:
+        for line in mountinfo:
+            fields = line.split()
+            point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), fields[4]).decode("utf-8", "surrogateescape")
+            found.append((point, sum(MOUNT_FLAGS.get(option, 0) for option in fields[5].decode().split(","))))
+    return found
+
+
+def _make_path(root: str, path: str, make_last: bool = True) -> str:
+    """Create ``path`` inside ``root`` as the machine has it (folders as empty folders,
+    symbolic links as the same links) and return the real path it resolves to. Only what
+    is missing inside ``root`` is created, so nothing is ever written through a bound folder."""
+    parts, resolved, links = [p for p in path.split("/") if p], "/", 0
+    while parts:
+        part = parts.pop(0)
+        real = os.path.join(resolved, part)
+        inside = root + real
+        if os.path.islink(real):
+            links += 1
+            if links > 40:
+                raise OSError(f"too many symbolic links in {path}")
+            target = os.readlink(real)
+            if not os.path.lexists(inside):
+                os.symlink(target, inside)
+            parts = [p for p in os.path.normpath(os.path.join(resolved, target)).split("/") if p] + parts
+            resolved = "/"
+            continue
+        if not os.path.lexists(inside) and (parts or make_last):
+            os.mkdir(inside, 0o755)
+        resolved = real
+    return resolved
+
+
+def _bind_all(root: str, paths: list[str], bound: list[str]) -> list[str]:
+    """Bind each of ``paths`` (parents first, by the real paths they resolve to) at the same place inside ``root``,
+    skipping those already visible through an earlier bind; returns the bound real paths."""
+    libc = _libc()
+    for path in sorted((p for p in paths if os.path.exists(p)), key=os.path.realpath):  # /usr before /bin -> usr/bin
+        real = _make_path(root, path)
+        if any(real == b or real.startswith(b + os.sep) for b in bound):
+            continue
+        _check(libc.mount(real.encode(), (root + real).encode(), None, MS_BIND | MS_REC, None), f"bind {real}")
+        bound = [*bound, real]
+    return bound
+
+
+def enter_jail(job: "Job") -> None:
+    """This child's own root (needs root, in its private mount namespace): an empty tmpfs
+    with, read-only, the folders of ``job.jail`` (the system's programs and libraries,
+    Python and torch) and the disposable tree; ``/dev``, ``/sys`` and a ``/proc`` that shows
+    only this user's processes; and, writable, size-bounded tmpfs of its own for the
+    working folder and the temp folders. Then every mount of the jail but those is made
+    read-only (the rule: nothing writable outside the child's scratch), and the child
+    changes root into it. What it wrote is gone with it; no other submission, no class
+    folder and no other process's command line or environment is visible."""
+    libc, root = _libc(), job.jail_root
+    _check(libc.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m"), "tmpfs jail")
+    scratch = b"size=%d" % max(job.scratch_bytes, 1 << 20)
+    visible = sorted({*job.jail, job.tree, "/dev", "/sys"})
+    in_temp = [p for p in visible if any(p == t or p.startswith(t + os.sep) for t in JAIL_TEMP_FOLDERS)]
+    bound = _bind_all(root, [p for p in visible if p not in in_temp], [])
+    writable = []
+    for folder in JAIL_TEMP_FOLDERS:  # over whatever the binds brought there (the machine's /dev/shm)
+        _make_path(root, folder)
+        _check(libc.mount(b"tmpfs", (root + folder).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777," + scratch), folder)
+        writable.append(root + folder)
+    _bind_all(root, in_temp, bound)  # the tree (and Python, if it lives in /tmp) inside the private /tmp
+    os.makedirs(root + "/proc", exist_ok=True)
+    _check(libc.mount(b"proc", (root + "/proc").encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=2"), "proc")
+    _make_path(root, job.workdir)
+    owner = b"mode=0700,uid=%d,gid=%d," % (job.uid if job.uid is not None else os.getuid(), job.gid if job.gid is not None else os.getgid())
+    _check(libc.mount(b"tmpfs", (root + job.workdir).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, owner + scratch), "scratch")
+    writable.append(root + job.workdir)
+    if libc.mount(b"mqueue", (root + "/dev/mqueue").encode(), b"mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0:
+        writable.append(root + "/dev/mqueue")  # this IPC namespace's own message queues
+    for point, flags in _mount_points():
+        if (point == root or point.startswith(root + os.sep)) and point not in writable:
+            _check(libc.mount(None, point.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | flags, None), f"read-only {point}")
+    os.chroot(root)
+    os.chdir("/")
+
+
 def _isolate(job: "Job") -> None:
-    """Mounts and network, as root, before dropping privileges."""
-    isolate_files(job.expose, job.hide, job.private_temp, job.file_bytes * 4)
+    """Namespaces, mounts and network, as root, before dropping privileges."""
+    if job.jail:
+        _check(_libc().unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(CLONE_NEWNS | CLONE_NEWIPC)")
+        _check(_libc().mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+        enter_jail(job)
+    else:
+        isolate_files(job.expose, job.hide, job.private_temp, job.file_bytes * 4)
     if job.private_network:
         private_network()
 
@@ -289,6 +388,8 @@ def probe(job: "Job") -> None:
             if entry and os.path.isdir(entry):
                 os.listdir(entry)
         os.stat(sys.executable)
+        os.listdir(os.path.dirname(torch.__file__))
+        importlib.import_module("email.mime.text")  # a standard module nobody imported yet
     except BaseException as error:  # noqa: BLE001 - any failure means: do not drop privileges
         os.write(2, f"{type(error).__name__}: {error}\n".encode())
         os._exit(1)
@@ -438,7 +539,7 @@ def main(job: Job) -> None:
         reporter = _Reporter(result_fd, streams)
         torch.manual_seed(job.seed)
         random.seed(job.seed)
-        before = _snapshot(watched)
+        before = toolkit.identities(watched)
     except BaseException as error:
         failure = {"kind": Kind.GRADER_ERROR.value, "message": "".join(traceback.format_exception(error))}
         (reporter or _Reporter(result_fd, streams)).write(failure)
@@ -447,7 +548,9 @@ def main(job: Job) -> None:
     os.close(started_fd)
     try:
         envelope = _observe(observe, job, reporter)
-        changed = _changed(before, watched)
+        changed = toolkit.changed(before, toolkit.identities(watched))
+        if envelope.get("tampered"):  # a rank's own check (see grader.checks.in_every_rank)
+            changed = [*envelope["tampered"], *changed]
         if changed:
             envelope["tampered"] = changed[:20]
     except BaseException as error:  # noqa: BLE001 - e.g. a RecursionError the student's data caused
@@ -456,59 +559,21 @@ def main(job: Job) -> None:
     os._exit(0)
 
 
-def _lookup(root, path: str):
-    for name in path.split("."):
-        root = getattr(root, name, None)
-    return root
-
-
 def _watched_modules() -> dict[str, Any]:
     """The grader's modules (taken out of ``sys.modules``, so the student's code cannot look
     the hidden checks up there; the child keeps them here) and the provided modules the
-    checks rely on (imported now, from the tree). A check module that imports lazily must
-    therefore import what it needs at its top."""
+    checks rely on (imported now, from the tree, and handed to the checks' toolkit: see
+    :func:`grader.checks.provided`). From now on every write to a module of
+    :data:`grader.checks.RECORDED_MODULES` or a provided one is recorded. A check module
+    that imports lazily must therefore import what it needs at its top."""
     grader = {name: module for name, module in sys.modules.items() if name == "grader" or name.startswith("grader.")}
     for name in grader:
         del sys.modules[name]
     provided = {name: importlib.import_module(name) for name in WATCHED_PROVIDED}
+    toolkit._PROVIDED.update(provided)
+    toolkit._WATCHED.update({**grader, **provided})
+    toolkit.record_writes([*map(importlib.import_module, toolkit.RECORDED_MODULES), *provided.values()])
     return {**grader, **provided}
-
-
-def _namespace_ids(prefix: str, namespace, seen: dict[str, int]) -> None:
-    """Every attribute of a module, or of a class as its instances see it (through its bases:
-    ``torch.Tensor.to = ...`` shadows ``TensorBase.to``, which is what the checks call)."""
-    found: dict[str, Any] = {}
-    for scope in reversed(namespace.__mro__) if isinstance(namespace, type) else (namespace,):
-        found.update(vars(scope))
-    for attribute, value in found.items():
-        seen[f"{prefix}.{attribute}"] = id(value)
-
-
-def _snapshot(watched: dict[str, Any]) -> dict[str, int]:
-    """Identities of what the grader relies on in the child: the grader's modules and the
-    provided modules the checks use (their attributes, and those of the classes they
-    define), torch's comparison functions, the tensor methods, the clocks, the threading
-    functions that name threads, and the builtins."""
-    seen: dict[str, int] = {}
-    for name, module in watched.items():
-        _namespace_ids(name, module, seen)
-        for attribute, value in list(vars(module).items()):
-            if isinstance(value, type) and value.__module__ == name:
-                _namespace_ids(f"{name}.{attribute}", value, seen)
-    for path in WATCHED_TORCH:
-        seen[f"torch.{path}"] = id(_lookup(torch, path))
-    for prefix, namespace in WATCHED_NAMESPACES:
-        _namespace_ids(prefix, namespace, seen)
-    for name in WATCHED_THREADING:
-        seen[f"threading.{name}"] = id(getattr(threading, name, None))
-    _namespace_ids("builtins", builtins, seen)
-    return seen
-
-
-def _changed(before: dict[str, int], watched: dict[str, Any]) -> list[str]:
-    """What the student's code replaced since :func:`_snapshot` (ids of live objects)."""
-    now = _snapshot(watched)
-    return sorted(name for name, identity in before.items() if now.get(name) != identity)
 
 
 def _observe(observe, job: Job, reporter: _Reporter) -> dict[str, object]:
@@ -517,7 +582,9 @@ def _observe(observe, job: Job, reporter: _Reporter) -> dict[str, object]:
         observation = observe(job.seed, dict(job.params))
     except Fail as failure:
         reporter.release()
-        return {"kind": Kind.FAIL.value, "message": str(failure)}
+        tampered = failure.details.get("tampered") if type(failure.details) is dict else None
+        envelope = {"kind": Kind.FAIL.value, "message": str(failure)}
+        return {**envelope, "tampered": [str(name) for name in tampered]} if tampered else envelope
     except BaseException as error:  # the student's code raised (SystemExit included)
         reporter.release()
         return _exception_envelope(error, job)

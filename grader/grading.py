@@ -12,7 +12,6 @@ import importlib
 import os
 import platform
 import secrets
-import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -22,7 +21,7 @@ import torch
 
 from grader import policy
 from grader.checks import Fail, observed
-from grader.harness import Harness, HarnessError, Outcome, format_bytes
+from grader.harness import Harness, HarnessError, Outcome, foreign_signal, format_bytes
 from grader.protocol import Kind, Report, Result, Status
 from grader.rubric import HARDWARE, Criterion, Rubric
 from grader.submission import Submission
@@ -92,19 +91,23 @@ def _not_implemented(problem: str, message: str) -> str:
     return f"{text}: it builds on Problem {stub[1]}, whose {stub[2]} still raises NotImplementedError"
 
 
-def _exit_reason(code: int | None) -> str:
+def _exit_reason(outcome: Outcome) -> str:
+    code = outcome.exitcode
     if code is None or code >= 0:
         code = 0 if code is None else code
         return (
             f"exited with status {code} before reporting a result "
             f"(sys.exit or os._exit in your code?)"
         )
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
-    hint = " (out of memory?)" if name == "SIGKILL" else " (a crash in native code?)" if name in ("SIGSEGV", "SIGBUS", "SIGABRT") else ""
-    return f"was killed by {name} before reporting a result{hint}"
+    name = foreign_signal(outcome) or f"signal {-code}"
+    if outcome.out_of_memory:
+        cause = " while the machine ran out of memory (the system's out-of-memory killer ran)"
+    elif name in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL"):
+        cause = " (a crash in native code?)"
+    else:
+        cause = ", a signal the grader did not send (your code, or another program on the grading machine)"
+    again = " twice: it was run again and killed again" if outcome.first_signal else ""
+    return f"was killed by {name}{cause}{again} before reporting a result"
 
 
 def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[Status, str, dict]:
@@ -152,7 +155,7 @@ def judge(criterion: Criterion, seed: int, outcome: Outcome, submission: Submiss
             f"(printed {format_bytes(outcome.output_bytes)}; kept the last 64 KB)"
         )
     if outcome.kind == Kind.EXITED:
-        return Status.FAILED, _exit_reason(outcome.exitcode)
+        return Status.FAILED, _exit_reason(outcome)
     return Status.ERROR, f"grader error in the child for {criterion.check}:\n{envelope.get('message', outcome.kind)}"
 
 
@@ -291,6 +294,14 @@ def _note_outcome(report: Report, criterion: Criterion, outcome: Outcome) -> Non
             "ended (setsid or a double fork?); the grader killed them"
         )
         report.flag("processes left running")
+    if outcome.first_signal is not None:
+        again = foreign_signal(outcome)
+        if again is None:
+            report.note(f"{criterion.id}: its first run was killed by {outcome.first_signal}, a signal the grader "
+                        "did not send; it was run again and the second run counts")
+        else:
+            report.flag(f"{criterion.id}: killed by {outcome.first_signal}, then by {again} when run again "
+                        "(signals the grader did not send)")
     if outcome.envelope.get("tampered"):
         report.flag(f"{criterion.id} replaced grader or torch code")
     if outcome.envelope.get("forged"):

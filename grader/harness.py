@@ -8,7 +8,9 @@ process group when the time is up, and turns what came back into an :class:`Outc
 
 As root, a harness leases a uid of its own for its children (:func:`grader.processes.lease_uid`),
 so graders sharing a machine never count, signal or kill each other's processes, and after
-every criterion everything that uid still runs is killed, however it escaped.
+every criterion everything that uid still runs is killed, however it escaped. Its children
+are jailed (:func:`jail_plan` says what they see) where the machine allows it. A child killed
+by a signal the grader did not send runs once more (:meth:`Harness.run`).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import stat
 import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass
 from multiprocessing import forkserver, spawn
 from pathlib import Path
@@ -32,8 +35,8 @@ import torch
 
 from grader import child
 from grader.layout import PROVIDED_FOLDER, REPOSITORY, SOLUTION_MARKER, STUDENT_FILES
-from grader.processes import SlotError, kill_group, lease_uid, processes_of, return_uid
-from grader.protocol import Kind, check_envelope
+from grader.processes import SlotError, kill_group, lease_uid, processes_of, remove_tree, return_uid
+from grader.protocol import MAX_RESULT_DEPTH, MAX_RESULT_NODES, Kind, TooLarge, check_envelope, check_pickle
 from grader.rubric import Criterion, Settings
 from grader.submission import Submission
 
@@ -41,6 +44,11 @@ OUTPUT_TAIL_BYTES = 64 * 1024
 STARTUP_TIMEOUT = 180.0
 PROCESS_PREFIX = "grader-"
 SHARED_TEMP_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
+# A jailed child's working folder and each temp folder hold at most this many times the output
+# limit (a tmpfs of that size: a child that fills them fills only its own).
+SCRATCH_PER_OUTPUT = 4
+# Folders of the system's programs, libraries and configuration a jailed child sees (read-only).
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 CHILD_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Variables of the grader's environment that children (and the forkserver they are forked
 # from) keep: how to find libraries and devices and how many threads to use, never a secret.
@@ -66,6 +74,32 @@ class Outcome:
     output: str
     output_bytes: int
     orphans: int = 0
+    first_signal: str | None = None  # the run was repeated: its first child was killed by this signal
+    out_of_memory: bool = False  # the kernel's out-of-memory killer ran while the child did
+
+
+def foreign_signal(outcome: Outcome) -> str | None:
+    """The name of the signal that ended ``outcome``'s child when the grader did not send it
+    (not a timeout, not the file-size limit), else None."""
+    code = outcome.exitcode
+    if outcome.kind != Kind.EXITED or code is None or code >= 0 or code == -signal.SIGXFSZ:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _oom_kills() -> int:
+    """How many processes the kernel's out-of-memory killer has killed since boot."""
+    try:
+        with open("/proc/vmstat") as vmstat:
+            for line in vmstat:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def format_bytes(count: int) -> str:
@@ -156,6 +190,37 @@ def _python_folders() -> list[Path]:
     return sorted({Path(os.path.realpath(e)) for e in entries if e and os.path.isdir(e)})
 
 
+def jail_plan() -> tuple[str, ...]:
+    """What a jailed child sees besides its tree, /dev, /sys and its own /proc: the system
+    folders, Python's installation (its prefixes and site-packages, wherever they live) and
+    the folders of the libraries this process has loaded (torch's, CUDA's). Never the
+    grader's repository beyond a virtual environment inside it, never a folder on sys.path
+    that is neither (the folder a TA started the grader in, a class folder)."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)}
+    candidates = {*SYSTEM_FOLDERS, *prefixes, os.path.dirname(sys.executable)}
+    candidates |= {e for e in sys.path if os.path.basename(e.rstrip("/")) in ("site-packages", "dist-packages")}
+    candidates |= _loaded_library_folders()
+    repository = os.path.realpath(REPOSITORY)
+
+    def allowed(path: str) -> bool:
+        real = os.path.realpath(path)
+        inside = real == repository or real.startswith(repository + os.sep)
+        return os.path.exists(path) and (not inside or any(real == e or real.startswith(e + os.sep) for e in prefixes))
+
+    return tuple(sorted(p for p in candidates if allowed(p)))
+
+
+def _loaded_library_folders() -> set[str]:
+    """Folders of the shared libraries mapped into this process."""
+    folders = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split(maxsplit=5)[5].strip() if len(line.split(maxsplit=5)) == 6 else ""
+            if path.startswith("/") and ".so" in os.path.basename(path) and not path.startswith(("/dev/", "/proc/")):
+                folders.add(os.path.dirname(path))
+    return folders
+
+
 def exposure_plan() -> tuple | None:
     """How to let an unprivileged user reach Python's files (see child.isolate_files).
 
@@ -243,6 +308,7 @@ class Harness:
         self.hide: tuple = ()
         self.private_temp: tuple = ()
         self.private_network = False
+        self.jail: tuple = ()
         self.notes: list[str] = []
         self.defences: dict[str, str] = {}
         self.swept = 0
@@ -259,6 +325,7 @@ class Harness:
         self.tree = self.base / "tree"
         self.results = self.base / "results"
         self.results.mkdir(mode=0o700)
+        (self.base / "jail").mkdir(mode=0o700)  # each jailed child's root, in its own mount namespace
         self._build_tree()
         self.process_base = _tasks_of(self.user[0] if self.user else os.getuid())
         self.was_subreaper = _set_subreaper(True)
@@ -274,7 +341,7 @@ class Harness:
         if self.was_subreaper is not None:
             _set_subreaper(self.was_subreaper)
         if self.base is not None:
-            shutil.rmtree(self.base, ignore_errors=True)
+            remove_tree(self.base)  # iterative: a child's tree thousands of folders deep included
 
     def _build_tree(self) -> None:
         """The provided modules from the grader's copy plus only the submitted student files."""
@@ -326,8 +393,17 @@ class Harness:
         return None
 
     def _settle_user(self) -> None:
-        """Keep the unprivileged user only if, as that user, a child can still read Python;
-        then hide the grader's files and cut the network where this machine allows it."""
+        """Jail the children (see child.enter_jail) where this machine allows it; else keep
+        the unprivileged user only if, as that user, a child can still read Python, and hide
+        the grader's files as far as mount namespaces allow. Then cut the network."""
+        jail = jail_plan()
+        reason = self._probe(jail=jail)
+        if reason is None:
+            self.jail = jail
+            if self._probe(jail=jail, private_network=True) is None:
+                self.private_network = True
+            return
+        self.notes.append(f"children are not jailed (they see the machine's files): {reason}")
         plan = exposure_plan()
         reason = "a folder holding Python's files is closed to it" if plan is None else self._probe(expose=plan)
         if reason is not None:
@@ -366,9 +442,19 @@ class Harness:
         )
         self.defences = {
             "children_user": user,
-            "grader_files": "hidden from children" if self.hide else "readable by children (needs root and mount namespaces)",
+            "files": (
+                "a jail: only the system's and Python's folders and the child's own tree, read-only" if self.jail
+                else "the grader's files hidden, the rest of the machine readable" if self.hide
+                else "the machine's files readable by children (a jail needs root and mount namespaces)"
+            ),
+            "writable": (
+                "only the child's own working and temp folders, size-bounded, gone with it" if self.jail
+                else "private temp folders; any other world-writable folder shared" if self.private_temp
+                else "whatever the children's user may write (needs root and mount namespaces)"
+            ),
+            "processes_visible": "only the child's own (a /proc with hidepid)" if self.jail else "all of the machine's",
+            "ipc": "a namespace of each child's own (shared memory, semaphores, message queues)" if self.jail else "shared",
             "network": "none (a private loopback only)" if self.private_network else "open (needs root and network namespaces)",
-            "temp_folders": "private to each child, gone with it" if self.private_temp else "shared (needs root and mount namespaces)",
             "orphans": (
                 "every process of the children's own uid killed after each criterion" if self.leased is not None and self.user
                 else "killed after each criterion (the grader is their subreaper)" if self.was_subreaper is not None else "not collected"
@@ -384,8 +470,8 @@ class Harness:
             os.chown(folder, *self.user)
         return folder
 
-    def _job(self, criterion: Criterion | None, seed: int, params: dict, output: str = "",
-             expose: tuple = (), hide: tuple = (), private_network: bool = False, private_temp: tuple = ()) -> child.Job:
+    def _job(self, criterion: Criterion | None, seed: int, params: dict, output: str = "", expose: tuple = (),
+             hide: tuple = (), private_network: bool = False, private_temp: tuple = (), jail: tuple = ()) -> child.Job:
         self.count += 1
         workdir = self._private_folder()
         return child.Job(
@@ -399,16 +485,32 @@ class Harness:
             uid=self.user[0] if self.user else None, gid=self.user[1] if self.user else None, expose=expose,
             hide=hide, private_network=private_network, environment=child_environment(),
             private_temp=tuple((folder, tuple(kept) + _below(folder, self.tree, workdir)) for folder, kept in private_temp),
+            jail=jail, jail_root=str(self.base / "jail"), scratch_bytes=int(self.settings.output_limit_mb * 1024 * 1024) * SCRATCH_PER_OUTPUT,
         )
 
     def run(self, criterion: Criterion, seed: int, timeout: float) -> Outcome:
-        """Run ``criterion``'s observe function in a child; never raises for the child's sake."""
+        """Run ``criterion``'s observe function in a child; never raises for the child's sake.
+
+        A child killed by a signal the grader did not send (its own kills are the timeout's;
+        its file-size limit is a flood) may have been killed by something outside it: the
+        kernel's out-of-memory killer under another program's pressure, an administrator, a
+        program that kills by uid. Such a criterion runs once more; the outcome says both."""
+        outcome = self._run_once(criterion, seed, timeout)
+        if foreign_signal(outcome) is None:
+            return outcome
+        first = outcome
+        outcome = self._run_once(criterion, seed, timeout)
+        outcome.first_signal = foreign_signal(first)
+        outcome.out_of_memory = outcome.out_of_memory or first.out_of_memory
+        return outcome
+
+    def _run_once(self, criterion: Criterion, seed: int, timeout: float) -> Outcome:
         job = self._job(criterion, seed, dict(criterion.params), expose=self.expose, hide=self.hide,
-                        private_network=self.private_network, private_temp=self.private_temp)
+                        private_network=self.private_network, private_temp=self.private_temp, jail=self.jail)
         for path in (job.output_path, job.result_path, job.started_path):  # never read what an earlier child left there
             Path(path).unlink(missing_ok=True)
         before = _own_children()
-        started = time.perf_counter()
+        started, oom_kills = time.perf_counter(), _oom_kills()
         process = self.context.Process(target=child.main, args=(job,), name=PROCESS_PREFIX + criterion.id)
         process.start()
         try:
@@ -428,6 +530,7 @@ class Harness:
         seconds = time.perf_counter() - started
         outcome = self._outcome(process, job, timed_out, seconds)
         outcome.orphans = orphans
+        outcome.out_of_memory = _oom_kills() > oom_kills
         return outcome
 
     def _on_leased_uid(self) -> tuple[set[int], set[int]]:
@@ -659,7 +762,9 @@ def _tail(path: Path) -> tuple[str, int]:
 
 def _read_result(path: Path, limit: int):
     """The child's envelope, or None when there is none; a dict saying ``garbage`` when it
-    cannot be read safely."""
+    cannot be read safely: more than ``limit`` bytes, not a ``torch.save`` file, or one
+    whose objects (shared references counted again), nesting or tensors pass the bounds
+    (checked on its opcodes before any object is built, then on what was built)."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
@@ -668,6 +773,34 @@ def _read_result(path: Path, limit: int):
     if not data:
         return None
     try:
-        return torch.load(io.BytesIO(data), weights_only=True)
+        if len(data) > limit:
+            raise TooLarge(f"it is larger than {format_bytes(limit)}")
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            pickles = [info for info in archive.infolist() if info.filename.rsplit("/", 1)[-1] == "data.pkl"]
+            if len(pickles) != 1 or sum(info.file_size for info in archive.infolist()) > limit:
+                raise ValueError("not one torch.save record of a bounded size")
+            check_pickle(archive.read(pickles[0]))
+        value = torch.load(io.BytesIO(data), weights_only=True)
+        _check_loaded(value)
+    except TooLarge as error:
+        return {"kind": Kind.GARBAGE.value, "message": f"its report is too large to read ({error})"}
     except Exception as error:  # noqa: BLE001 - anything unreadable is the child's garbage
         return {"kind": Kind.GARBAGE.value, "message": f"unreadable report ({type(error).__name__})"}
+    return value
+
+
+def _check_loaded(value) -> None:
+    """TooLarge unless ``value``, walked as a tree, stays within the bounds and its tensors
+    own the memory they describe (no stride-0 view of a few bytes posing as gigabytes)."""
+    stack, count = [(value, 0)], 0
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if count > MAX_RESULT_NODES or depth > MAX_RESULT_DEPTH:
+            raise TooLarge("it unfolds into too many objects or nests too deep (shared or circular references)")
+        if isinstance(item, dict):
+            stack.extend((entry, depth + 1) for entry in item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((entry, depth + 1) for entry in item)
+        elif isinstance(item, torch.Tensor) and item.numel() * item.element_size() > item.untyped_storage().nbytes():
+            raise TooLarge(f"a tensor of shape {tuple(item.shape)} describes more memory than it holds")

@@ -1,6 +1,20 @@
 """A static scan (AST) of the student files for what a course forbids or wants to look at.
 
-The rubric's ``[policy] forbidden`` lists dotted names. A file is flagged where it
+Two layers. The allowlist (this module's constants: what the homework needs) flags, with the
+line, anything else in a student file:
+
+* an import of a module not in :data:`ALLOWED_MODULES` (``os``, ``io``, ``sys``, ``types``),
+  or of a private name (``from minitorch.runtime import _observers``, ``torch._C``);
+* a builtin not in :data:`ALLOWED_BUILTINS` (``compile``, ``vars``, ``globals``);
+* a dunder attribute not in :data:`ORDINARY_DUNDERS` (``__closure__``, ``__dict__``) and the
+  attributes of frames and cells (:data:`INTERNAL_ATTRIBUTES`: ``cell_contents``, ``f_locals``);
+* a private attribute of an imported module (``torch._C``) and an assignment to an attribute
+  of an imported module or class (``time.perf_counter = ...``, ``torch.Tensor.to = ...``,
+  ``setattr(torch, ...)``), also where it is put back;
+* a source encoding other than UTF-8 (a PEP 263 line such as ``# -*- coding: utf-7 -*-``
+  makes the interpreter run what the scan would read as a comment), or bytes that are not UTF-8.
+
+The rubric's ``[policy] forbidden`` (a denylist) lists dotted names. A file is flagged where it
 
 * imports one (``import subprocess``, ``from os import _exit``, ``import torch.distributed.pipelining``,
   or ``importlib.import_module("ctypes")`` / ``__import__("ctypes")`` with a literal name);
@@ -19,10 +33,44 @@ time can hide anything, which is why the children are isolated as well.
 from __future__ import annotations
 
 import ast
+import builtins
+import re
 from dataclasses import asdict, dataclass
 
 UNSCANNABLE = "(not scanned)"  # the name of the finding for a file the scan could not read
 FINDINGS_KEPT = 100  # findings a report lists (a file may repeat a forbidden name thousands of times)
+
+# Modules (and their submodules) the two student files may import: torch as the spec uses it
+# (the denylist still forbids torch.distributed.pipelining and torch.utils.checkpoint), the
+# standard library's pure-computation modules, threads and queues for the Pipe, and the
+# provided minitorch modules (public names only).
+ALLOWED_MODULES = (
+    "__future__", "torch", "math", "cmath", "itertools", "functools", "collections", "typing", "dataclasses",
+    "threading", "queue", "enum", "abc", "contextlib", "operator", "heapq", "bisect", "numbers", "copy",
+    "statistics", "fractions", "decimal", "time", "random", "warnings", "logging", "string", "minitorch",
+)
+ALLOWED_BUILTINS = frozenset({
+    "abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr", "classmethod", "complex",
+    "dict", "divmod", "enumerate", "filter", "float", "format", "frozenset", "getattr", "hasattr", "hash", "hex",
+    "id", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min", "next", "object", "oct",
+    "ord", "pow", "print", "property", "range", "repr", "reversed", "round", "set", "setattr", "slice", "sorted",
+    "staticmethod", "str", "sum", "super", "tuple", "type", "zip", "NotImplemented", "Ellipsis", "__name__",
+    "__file__", "__doc__", "aiter", "anext",
+})
+ORDINARY_DUNDERS = frozenset({
+    "__init__", "__name__", "__qualname__", "__module__", "__doc__", "__class__", "__len__", "__iter__", "__next__",
+    "__call__", "__enter__", "__exit__", "__repr__", "__str__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
+    "__ge__", "__hash__", "__bool__", "__getitem__", "__setitem__", "__contains__", "__post_init__", "__all__",
+    "__version__", "__add__", "__sub__", "__mul__", "__matmul__", "__truediv__", "__neg__", "__annotations__",
+    "__future__",
+})
+# Attributes of frames, code, generators, tracebacks and cells: how code reaches another
+# function's variables (the recorder's original collective read from its closure).
+INTERNAL_ATTRIBUTES = frozenset({
+    "cell_contents", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "gi_frame", "gi_code",
+    "cr_frame", "ag_frame", "tb_frame", "tb_next", "co_code", "co_consts", "_current_frames", "_getframe",
+})
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 
 
 @dataclass(frozen=True)
@@ -56,10 +104,11 @@ class _Scanner:
     """Walks a syntax tree depth-first in source order with a stack of its own, not with
     recursion: a student file nested thousands deep (``1+1+...``) must not crash the scan."""
 
-    def __init__(self, forbidden: tuple[str, ...]):
+    def __init__(self, forbidden: tuple[str, ...], bound: frozenset[str] = frozenset()):
         self.modules = [f for f in forbidden if not f.startswith(".")]
         self.attributes = {f[1:] for f in forbidden if f.startswith(".")}
         self.aliases: dict[str, str] = {}  # local name -> full dotted name it was imported as
+        self.bound = bound  # every name the file binds (a local `open` is not the builtin)
         self.hits: list[tuple[int, str]] = []
 
     def scan(self, tree: ast.AST) -> None:
@@ -80,29 +129,93 @@ class _Scanner:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 self._flag(node, alias.name)
+                self._allow_module(node, alias.name)
                 local = alias.asname or alias.name.split(".")[0]
                 self.aliases[local] = alias.name if alias.asname else local
             return False
         if isinstance(node, ast.ImportFrom):
-            module = node.module or ""
+            module = ("minitorch." * bool(node.level)) + (node.module or "") if node.level else node.module or ""
+            self._allow_module(node, module.rstrip("."))
             for alias in node.names:
                 full = f"{module}.{alias.name}" if module else alias.name
                 self._flag(node, full)
+                if _private(alias.name) and module != "__future__":
+                    self.hits.append((node.lineno, f"private name {full}"))
                 self.aliases[alias.asname or alias.name] = full
             return False
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for target in targets:
+                self._check_assignment(target)
+            return True
         if isinstance(node, ast.Attribute):
             return self._visit_attribute(node)
         if isinstance(node, ast.Name):
             if node.id not in self.aliases:  # an imported module's bare name was flagged at the import
                 self._flag(node, node.id)
+                self._allow_builtin(node)
             return False
         if isinstance(node, ast.Call):
-            function = _dotted(node.func)
-            if function in ("__import__", "importlib.import_module") and node.args:
-                first = node.args[0]
-                if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    self._flag(node, first.value)
+            self._visit_call(node)
         return True
+
+    def _allow_module(self, node: ast.stmt, module: str) -> None:
+        if not any(_matches(module, allowed) for allowed in ALLOWED_MODULES):
+            self.hits.append((node.lineno, f"module {module}"))
+        elif any(_private(part) for part in module.split(".")[1:]):
+            self.hits.append((node.lineno, f"private module {module}"))
+
+    def _allow_builtin(self, node: ast.Name) -> None:
+        name = node.id
+        if name in self.bound or name in ALLOWED_BUILTINS or not hasattr(builtins, name):
+            return
+        value = getattr(builtins, name)
+        if not (isinstance(value, type) and issubclass(value, BaseException)):  # raising ValueError is ordinary
+            self.hits.append((node.lineno, f"builtin {name}"))
+
+    def _allow_attribute(self, node: ast.Attribute, imported: bool) -> None:
+        """An attribute name: dunders beyond the ordinary ones, frame and cell attributes, and
+        (of an imported module or class) private names."""
+        name = node.attr
+        if name.startswith("__") and name.endswith("__") and name not in ORDINARY_DUNDERS:
+            self.hits.append((node.lineno, f"attribute {name}"))
+        elif name in INTERNAL_ATTRIBUTES:
+            self.hits.append((node.lineno, f"attribute {name}"))
+        elif imported and _private(name):
+            self.hits.append((node.lineno, f"private attribute {name}"))
+
+    def _root_import(self, node: ast.expr) -> str | None:
+        """``torch.Tensor.to`` when ``node`` is an attribute chain rooted at an imported name."""
+        dotted = _dotted(node)
+        if dotted is None:
+            return None
+        root, _, rest = dotted.partition(".")
+        return f"{self.aliases[root]}.{rest}".rstrip(".") if root in self.aliases else None
+
+    def _check_assignment(self, target: ast.expr) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for item in target.elts:
+                self._check_assignment(item)
+        elif isinstance(target, ast.Starred):
+            self._check_assignment(target.value)
+        elif isinstance(target, ast.Attribute):
+            dotted = self._root_import(target)
+            if dotted is not None:
+                self.hits.append((target.lineno, f"assigns {dotted}"))
+
+    def _visit_call(self, node: ast.Call) -> None:
+        function = _dotted(node.func)
+        if function in ("__import__", "importlib.import_module") and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                self._flag(node, first.value)
+        if function in ("getattr", "setattr", "delattr", "hasattr") and len(node.args) >= 2:
+            owner, name = node.args[0], node.args[1]
+            dotted = self._root_import(owner) if isinstance(owner, (ast.Name, ast.Attribute)) else None
+            if function in ("setattr", "delattr") and dotted is not None:
+                self.hits.append((node.lineno, f"assigns {dotted}.{getattr(name, 'value', '?')}"))
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                self._allow_attribute(ast.Attribute(value=owner, attr=name.value, lineno=node.lineno), dotted is not None)
 
     def _visit_attribute(self, node: ast.Attribute) -> bool:
         if node.attr in self.attributes:
@@ -115,24 +228,69 @@ class _Scanner:
                 for inner in rest.split(".")[:-1]:  # the chain's inner attributes (torch.sys.modules)
                     if inner in self.attributes:
                         self.hits.append((node.lineno, "." + inner))
+                chain = node
+                while isinstance(chain, ast.Attribute):  # every link of the chain, checked here once
+                    self._allow_attribute(chain, imported=True)
+                    chain = chain.value
                 return False  # the chain's inner nodes are the same use
+        self._allow_attribute(node, imported=False)
         return True
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _bound_names(tree: ast.AST) -> frozenset[str]:
+    """Every name the file binds anywhere: assigned, defined, an argument, imported."""
+    bound = set()
+    for node in ast.walk(tree):  # iterative (a queue), however deep the tree
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return frozenset(bound)
+
+
+def _encoding_findings(name: str, data: bytes) -> list[Finding]:
+    """A PEP 263 coding line naming anything but UTF-8 (the interpreter would decode the file
+    as another program than the one scanned), or bytes that are not UTF-8."""
+    for number, line in enumerate(data.splitlines()[:2], start=1):
+        declared = _CODING.match(line)
+        if declared is not None:
+            encoding = declared.group(1).decode("ascii", "replace").lower().replace("_", "-")
+            if encoding not in ("utf-8", "utf8"):
+                return [Finding(name, number, f"encoding {encoding}", line.decode("utf-8", "replace").strip()[:160])]
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        return [Finding(name, line, "encoding not UTF-8", f"byte {data[error.start]:#x} at offset {error.start}")]
+    return []
 
 
 def scan_source(name: str, source: bytes | str, forbidden: tuple[str, ...]) -> list[Finding]:
     """Findings in one student file, in line order, one per (line, entry). A file too deeply
     nested for Python's own parser gets one finding saying it could not be scanned."""
-    text = source.decode("utf-8", errors="replace") if isinstance(source, bytes) else source
+    data = source if isinstance(source, bytes) else source.encode("utf-8", "surrogatepass")
+    encoding = _encoding_findings(name, data)
+    text = data.decode("utf-8", errors="replace")
     try:
         tree = ast.parse(text, filename=name)
     except (SyntaxError, ValueError):
-        return []  # the criteria report the error itself; nothing here to review
+        return encoding  # the criteria report the error itself; nothing else here to review
     except (RecursionError, MemoryError) as error:  # "too complex to parse": nested too deep
-        return [Finding(name, 0, UNSCANNABLE, f"the file could not be scanned ({type(error).__name__})")]
-    scanner = _Scanner(tuple(forbidden))
+        return [*encoding, Finding(name, 0, UNSCANNABLE, f"the file could not be scanned ({type(error).__name__})")]
+    scanner = _Scanner(tuple(forbidden), _bound_names(tree))
     scanner.scan(tree)
     lines = text.splitlines()
-    seen, findings = set(), []
+    seen, findings = set(), list(encoding)
     for line, entry in sorted(scanner.hits):
         if (line, entry) not in seen:
             seen.add((line, entry))

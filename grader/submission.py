@@ -2,7 +2,7 @@
 
 Only ``pipeline.py`` and ``tensor_parallel.py`` are ever taken from a submission; every other
 file in it (conftest.py, sitecustomize.py, a module shadowing torch) is ignored. An archive
-(.zip, .tar.gz, .tgz, .tar) is never extracted: the two files are read from it into memory,
+(.zip, .tar.gz, .tgz, .tar; recognised by its content, whatever its name) is never extracted: the two files are read from it into memory,
 each at most ``MAX_FILE_BYTES``. What students' tools write is accepted: Windows paths
 (``hw\\pipeline.py``), macOS metadata (``__MACOSX/``, ``._pipeline.py``: skipped), a folder or
 two around the files. What could do harm is refused with the reason: paths that leave the
@@ -11,9 +11,11 @@ unpacks to more than ``MAX_UNPACKED_BYTES`` or holds more than ``MAX_ARCHIVE_ENT
 """
 from __future__ import annotations
 
+import bz2
 import gzip
 import hashlib
 import io
+import lzma
 import os
 import re
 import stat
@@ -29,6 +31,9 @@ from grader.layout import FILE_OF_PROBLEM, STUDENT_FILES, provided_names
 MAX_FILE_BYTES = 1_000_000
 # Archives a submission may be: what students upload, made on Windows, macOS or Linux.
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
+# How each kind of archive begins (a plain tar says "ustar" at byte 257 instead).
+ARCHIVE_MAGIC = ((b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"),
+                 (b"\xfd7zXZ\x00", "xz"))
 MAX_ARCHIVE_BYTES = 50_000_000
 MAX_ARCHIVE_ENTRIES = 2_000
 MAX_UNPACKED_BYTES = 200_000_000  # a .tar.gz is read as a stream: no more than this unpacked
@@ -265,9 +270,25 @@ class _Bounded:
         return data
 
 
-def _tar_stream(path: Path) -> io.BufferedIOBase:
-    """The archive's tar bytes: gunzipped for .tar.gz and .tgz."""
-    return gzip.GzipFile(path, "rb") if path.name.lower().endswith((".tar.gz", ".tgz")) else open(path, "rb")
+def archive_kind(path: Path) -> str | None:
+    """What kind of archive ``path`` holds, by its content, never its name (a browser or a
+    student renames files: a gzip-compressed tar named ``.tar``, a zip named ``.tgz``):
+    ``"zip"``, ``"gzip"``, ``"bzip2"``, ``"xz"`` (each a compressed tar) or ``"tar"``; None
+    when it is none of them."""
+    with open(path, "rb") as handle:
+        head = handle.read(512)
+    for magic, kind in ARCHIVE_MAGIC:
+        if head.startswith(magic):
+            return kind
+    if len(head) == 512 and head[257:262] == b"ustar":
+        return "tar"
+    return None
+
+
+def _tar_stream(path: Path, kind: str) -> io.BufferedIOBase:
+    """The archive's tar bytes, decompressed as its content says."""
+    opener = {"gzip": gzip.GzipFile, "bzip2": bz2.BZ2File, "xz": lzma.LZMAFile}.get(kind)
+    return opener(path, "rb") if opener is not None else open(path, "rb")
 
 
 def _tar_kind(info: tarfile.TarInfo) -> str:
@@ -278,11 +299,11 @@ def _tar_kind(info: tarfile.TarInfo) -> str:
     return "link" if info.issym() or info.islnk() else "special"
 
 
-def _read_tar(path: Path, notes: list[str]) -> tuple[list[_Member], dict[str, _Member]]:
+def _read_tar(path: Path, kind: str, notes: list[str]) -> tuple[list[_Member], dict[str, _Member]]:
     """One pass over the archive as a stream, never extracted: the student files are read into
     memory as they pass (an archive can only be read in order)."""
     members: list[_Member] = []
-    bounded = cast(IO[bytes], _Bounded(raw := _tar_stream(path), MAX_UNPACKED_BYTES))  # read() is all tarfile's stream mode uses
+    bounded = cast(IO[bytes], _Bounded(raw := _tar_stream(path, kind), MAX_UNPACKED_BYTES))  # read() is all tarfile's stream mode uses
     with raw, tarfile.open(fileobj=bounded, mode="r|") as archive:
         for info in archive:
             if len(members) >= MAX_ARCHIVE_ENTRIES:
@@ -301,8 +322,11 @@ def _from_archive(path: Path) -> Submission:
     try:
         if path.stat().st_size > MAX_ARCHIVE_BYTES:
             raise ValueError(f"the archive is {path.stat().st_size} bytes; the limit is {MAX_ARCHIVE_BYTES}")
+        kind = archive_kind(path)
+        if kind is None:
+            raise ValueError("it is not a zip or tar archive (whatever its name says)")
         renames: list[str] = []
-        members, chosen = (_read_zip if path.name.lower().endswith(".zip") else _read_tar)(path, renames)
+        members, chosen = _read_zip(path, renames) if kind == "zip" else _read_tar(path, kind, renames)
         for name, member in chosen.items():
             if member.data is None or len(member.data) > MAX_FILE_BYTES:
                 raise ValueError(f"{member.name} unpacks to more than {MAX_FILE_BYTES} bytes")
@@ -331,16 +355,23 @@ def load_submission(path: str | os.PathLike) -> Submission:
     path = Path(path)
     if path.is_dir():
         return _from_folder(path)
-    if path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES):
-        return _from_archive(path)
     if path.is_file() and (path.name in STUDENT_FILES or renamed_student_file(path.name)):
         return _single_file(path)
+    if path.is_file() and (path.name.lower().endswith(ARCHIVE_SUFFIXES) or _is_archive(path)):
+        return _from_archive(path)
     if not path.exists():
         raise SubmissionNotFound(f"{path}: no such file or folder")
     raise SubmissionNotFound(
         f"{path}: expected a folder holding {' and/or '.join(STUDENT_FILES)}, an archive of one "
         f"({', '.join(ARCHIVE_SUFFIXES)}), or one of those files"
     )
+
+
+def _is_archive(path: Path) -> bool:
+    try:
+        return archive_kind(path) is not None
+    except OSError:
+        return False
 
 
 def _single_file(path: Path) -> Submission:

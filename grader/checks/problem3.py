@@ -36,7 +36,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from grader.checks import Fail, expect_cases, expect_tensor, student_tensor, tp_pieces
+from grader.checks import Fail, expect_cases, expect_tensor, in_every_rank, rank_values, student_tensor, tp_pieces
 from grader.checks.compare import max_difference
 from grader.layout import PACKAGE, STUDENT_FILES
 
@@ -142,17 +142,19 @@ def _launch(rank_fn, seed: int, params: dict) -> dict:
     from minitorch.distributed import launch
 
     _install_recorder()
+    checked = in_every_rank(rank_fn)  # the child's tamper check never runs in the forked ranks
     results: dict = {}
     for t in params.get("world_sizes", WORLD_SIZES):
         if t == 1:
             results["t1"] = _single_process(rank_fn, seed, params)
             continue
         try:
-            results[f"t{t}"] = launch(rank_fn, t, seed, params, backend="gloo", timeout=LAUNCH_TIMEOUT)
+            ranks = launch(checked, t, seed, params, backend="gloo", timeout=LAUNCH_TIMEOUT)
         except NotImplementedError:
             raise
         except Exception as error:  # noqa: BLE001 - a rank's exception: the student's, in their terms
             raise Fail(f"t={t}: your code raised {_student_error(error)}") from None
+        results[f"t{t}"] = rank_values(ranks)
     return results
 
 

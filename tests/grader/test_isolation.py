@@ -84,3 +84,110 @@ def test_the_forkserver_starts_with_only_the_explicit_environment():
     assert set(eval(seen)) <= {"PATH", "LANG", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "LC_ALL", "LD_LIBRARY_PATH",
                                "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}, seen
     assert restored == "python-level secret True"  # the grader's own environment is back as it was
+
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the jail and its namespaces need the grader to run as root")
+SYSTEM_V = '''
+import ctypes as _ctypes
+_libc = _ctypes.CDLL(None, use_errno=True)
+_libc.shmget(@KEY@, 4096, 0o1000 | 0o666)  # IPC_CREAT, readable and writable by every user
+_libc.msgget(@KEY@, 0o1000 | 0o666)
+_libc.semget(@KEY@, 1, 0o1000 | 0o666)
+'''
+
+
+def _system_v_keys() -> set[int]:
+    keys = set()
+    for kind in ("shm", "msg", "sem"):
+        lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        keys |= {int(line.split()[0]) for line in lines if line.split()}
+    return keys
+
+
+@ROOT_ONLY
+def test_system_v_objects_made_by_a_child_vanish_with_it(tmp_path):
+    key = 0x5EED0000 + os.getpid() % 0xFFFF
+    source = answer_key_source().replace("from __future__ import annotations\n",
+                                         "from __future__ import annotations\n" + SYSTEM_V.replace("@KEY@", str(key)), 1)
+    report = grade_folder(write_submission(tmp_path / "ipc", {"pipeline.py": source}), only=["2.1-schedule"])
+    assert report.results[0].status == "passed", report.results[0].message
+    assert "namespace" in report.environment["defences"]["ipc"]
+    assert key not in _system_v_keys()
+
+
+def test_a_scratch_tree_deeper_than_the_recursion_limit_and_the_longest_path_is_removed():
+    import tempfile
+
+    from grader.processes import remove_tree
+
+    base = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    folder = os.open(base, os.O_RDONLY)
+    for depth in range(sys.getrecursionlimit() + 100):  # names of 10 characters: far past PATH_MAX
+        os.mkdir("d" * 10, dir_fd=folder)
+        inner = os.open("d" * 10, os.O_RDONLY, dir_fd=folder)
+        os.close(folder)
+        folder = inner
+        if depth % 300 == 0:
+            os.close(os.open("file", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=folder))
+    os.close(folder)
+    remove_tree(base)
+    assert not os.path.exists(base)
+
+
+# --- a signal the grader did not send ------------------------------------------------------
+SLOW_START = '''
+import ctypes as _ctypes, time as _time
+_ctypes.CDLL(None).prctl(15, b"@NAME@", 0, 0, 0)  # PR_SET_NAME: the test finds this process by name
+_time.sleep(1.5)
+'''
+
+
+def _named(name: str) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if Path(f"/proc/{entry.name}/comm").read_text().strip() == name:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("kills", [1, 2])
+def test_a_child_killed_from_outside_runs_again_and_a_second_kill_asks_for_review(tmp_path, kills):
+    import signal
+    import threading
+    import time
+
+    name = f"victim{os.getpid() % 10000}{kills}"
+    source = answer_key_source().replace("from __future__ import annotations\n", "from __future__ import annotations\n"
+                                         + SLOW_START.replace("@NAME@", name), 1)
+    killed: list[int] = []
+    done = threading.Event()
+
+    def killer():  # the OOM killer or an administrator: kills the criterion's child, `kills` times
+        while not done.is_set() and len(killed) < kills:
+            for pid in _named(name):
+                if pid not in killed:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        report = grade_folder(write_submission(tmp_path / "victim", {"pipeline.py": source}), only=["2.1-schedule"])
+    finally:
+        done.set()
+        thread.join(10)
+    (result,) = report.results
+    assert len(killed) == kills
+    if kills == 1:
+        assert result.status == "passed", result.message
+        assert any("killed by SIGKILL" in note and "run again" in note for note in report.notes), report.notes
+        assert not any("SIGKILL" in reason for reason in report.review), report.review  # (the scan flags ctypes)
+    else:
+        assert result.status == "failed" and "SIGKILL, a signal the grader did not send" in result.message
+        assert "out of memory" not in result.message or "out-of-memory killer ran" in result.message
+        assert report.needs_review and any("SIGKILL" in reason for reason in report.review), report.review

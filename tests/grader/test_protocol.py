@@ -52,3 +52,66 @@ def test_a_well_formed_envelope_keeps_its_fields():
 def test_a_malformed_envelope_says_what_is_wrong(envelope, why):
     with pytest.raises(ValueError, match=why.replace("(", r"\(")):
         check_envelope(envelope)
+
+
+# --- a child's serialised report, bounded before any object is built ---------------------------
+def _pickled(value) -> bytes:
+    import pickle
+
+    return pickle.dumps(value, protocol=2)
+
+
+def test_check_pickle_accepts_an_ordinary_observation():
+    from grader.protocol import check_pickle
+
+    check_pickle(_pickled({"kind": "observation", "observation": {"runs": [{"case": [i, 2], "rows": list(range(50))}
+                                                                           for i in range(200)]}}))
+
+
+@pytest.mark.parametrize("levels", [25, 40])
+def test_check_pickle_refuses_shared_references_that_unfold_into_too_many_objects(levels):
+    from grader.protocol import TooLarge, check_pickle
+
+    bomb: list = []
+    for _ in range(levels):
+        bomb = [bomb, bomb]
+    data = _pickled({"kind": "observation", "observation": bomb})
+    assert len(data) < 2048
+    with pytest.raises(TooLarge, match="objects"):
+        check_pickle(data)
+
+
+def test_check_pickle_refuses_deep_nesting_and_a_container_filled_after_it_was_memoised():
+    from grader.protocol import TooLarge, check_pickle
+
+    deep: list = []
+    for _ in range(150):
+        deep = [deep]
+    with pytest.raises(TooLarge, match="deeper"):
+        check_pickle(_pickled(deep))
+    shared = list(range(1000))
+    with pytest.raises(TooLarge):  # the memo entry is counted in full wherever it is read again
+        check_pickle(_pickled([shared] * 2000), max_nodes=1_000_000)
+
+
+def test_a_forged_result_file_is_garbage_quickly(tmp_path):
+    import io
+    import time
+
+    import torch
+
+    from grader.harness import _read_result
+
+    bomb: list = []
+    for _ in range(40):
+        bomb = [bomb, bomb]
+    cases = {"shared": bomb, "cycle": (cycle := []), "expanded": torch.zeros(1).expand(10**9)}
+    cycle.append(cycle)
+    for name, value in cases.items():
+        buffer = io.BytesIO()
+        torch.save({"kind": "observation", "observation": value}, buffer)
+        (tmp_path / name).write_bytes(buffer.getvalue())
+        started = time.monotonic()
+        read = _read_result(tmp_path / name, 16 * 1024 * 1024)
+        assert read["kind"] == "garbage" and "too large" in read["message"], (name, read)
+        assert time.monotonic() - started < 5, name

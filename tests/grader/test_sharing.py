@@ -188,3 +188,64 @@ def test_a_foreign_process_on_the_leased_uid_is_neither_counted_nor_killed(tmp_p
     finally:
         os.kill(stranger_pid, signal.SIGKILL)
         return_uid(uid)
+
+
+HOSTILE_NEIGHBOUR = '''
+import ctypes as _ctypes, os as _os, tempfile as _tempfile, time as _time
+_libc = _ctypes.CDLL(None, use_errno=True)
+_libc.shmget(@KEY@, 1 << 20, 0o1000 | 0o666)  # System V shared memory any user could attach
+for _place in (_tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):  # fill every scratch it can reach
+    try:  # files of 8 MB, under the grader's file-size limit, until the folder is full
+        for _index in range(1 << 10):
+            with open(_os.path.join(_place, f"filler-@NAME@-{_index}"), "wb") as _filler:
+                for _ in range(8):
+                    _filler.write(b"x" * (1 << 20))
+    except OSError:
+        pass
+for _place in ("/run/lock", "/var/lock"):
+    try:
+        open(_os.path.join(_place, "left-@NAME@"), "w").close()
+    except OSError:
+        pass
+_libc.prctl(15, b"@NAME@", 0, 0, 0)  # PR_SET_NAME: the test finds this process by name
+while True:
+    _time.sleep(0.1)
+'''
+
+
+@ROOT_ONLY
+@pytest.mark.slow
+@pytest.mark.multirank
+@pytest.mark.timeout(WAIT_FOR_KILLER_S + KEY_S + INTERRUPT_S + 30)
+def test_answer_key_keeps_full_marks_beside_a_submission_that_fills_and_litters_the_machine(tmp_path):
+    """Issue 22: a neighbour that fills TMPDIR, /tmp and /dev/shm, leaves System V shared memory
+    and files in world-writable folders harms only itself, and leaves nothing behind."""
+    name, key = f"fill{os.getpid() % 100000}", 0x5EEE0000 + os.getpid() % 0xFFFF
+    hostile_source = HOSTILE_NEIGHBOUR.replace("@NAME@", name).replace("@KEY@", str(key))
+    hostile_folder = write_submission(tmp_path / "hostile", {"pipeline.py": answer_key_source().replace(
+        "from __future__ import annotations\n", "from __future__ import annotations\n" + hostile_source, 1)})
+    command = [sys.executable, "-m", "grader", "grade"]
+    with open(tmp_path / "hostile.log", "w") as log:
+        hostile = subprocess.Popen([*command, str(hostile_folder), "--only", "2.1-schedule", "--timeout", "600"],
+                                   cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + WAIT_FOR_KILLER_S
+        while not named(name):  # it has filled and littered what it could
+            assert hostile.poll() is None, (tmp_path / "hostile.log").read_text()
+            assert time.monotonic() < deadline, "the hostile submission never started"
+            time.sleep(0.2)
+        key_run = subprocess.run([*command, "minitorch", "--only", "2.2-forward", "3.1-f-g", "--require-full",
+                                  "--json", str(tmp_path / "key.json")], cwd=REPO, capture_output=True, text=True,
+                                 timeout=KEY_S)
+        assert named(name), "the hostile child stopped before the answer key was graded: the two did not overlap"
+    finally:
+        os.killpg(hostile.pid, signal.SIGINT)
+        hostile.wait(INTERRUPT_S)
+    assert key_run.returncode == 0, key_run.stdout + key_run.stderr
+    report = json.loads((tmp_path / "key.json").read_text())
+    assert report["score"] == report["max_score"] > 0 and report["complete"]
+    left = [p for p in (f"/run/lock/left-{name}", f"/var/lock/left-{name}", f"/tmp/filler-{name}-0",
+                        f"/var/tmp/filler-{name}-0", f"/dev/shm/filler-{name}-0") if os.path.lexists(p)]
+    assert left == []
+    shared = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    assert key not in {int(line.split()[0]) for line in shared if line.split()}

@@ -129,3 +129,32 @@ def test_windows_paths_count_as_folders_when_choosing(tmp_path):
     assert "several pipeline.py" in load_submission(both).problem
     shallow = make_zip(tmp_path / "t.zip", {"a\\b\\pipeline.py": "deep", "c\\pipeline.py": "shallow"})
     assert load_submission(shallow).files == {"pipeline.py": b"shallow"}
+
+
+@pytest.mark.parametrize("mode, name", [("w:gz", "hw.tar"), ("w:bz2", "hw.tar"), ("w:xz", "hw.tgz"), ("w", "hw.tar.gz"),
+                                        ("w:gz", "hw.zip"), ("w:gz", "hw-download")])
+def test_an_archive_is_recognised_by_its_content_not_its_name(tmp_path, mode, name):
+    """A browser or a student renames files: a gzip-compressed tar named .tar is still read."""
+    path = tmp_path / name
+    data = b"A = 1\n"
+    with tarfile.open(path, mode) as archive:
+        info = tarfile.TarInfo("hw/minitorch/pipeline.py")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    submission = load_submission(path)
+    assert submission.problem is None and submission.files == {"pipeline.py": data}
+
+
+def test_a_zip_named_tar_is_read_as_a_zip(tmp_path):
+    path = make_zip(tmp_path / "hw.tar", {"pipeline.py": "A = 1\n"})
+    assert load_submission(path).files == {"pipeline.py": b"A = 1\n"}
+
+
+def test_a_file_named_like_an_archive_that_is_none_says_so(tmp_path):
+    path = tmp_path / "hw.tar.gz"
+    path.write_bytes(b"this is not an archive at all\n" * 30)
+    assert "not a zip or tar archive" in load_submission(path).problem
+    other = tmp_path / "notes.txt"
+    other.write_text("hello")
+    with pytest.raises(SubmissionNotFound):
+        load_submission(other)
