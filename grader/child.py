@@ -550,7 +550,7 @@ def main(job: Job) -> None:
         envelope = _observe(observe, job, reporter)
         changed = toolkit.changed(before, toolkit.identities(watched))
         if envelope.get("tampered"):  # a rank's own check (see grader.checks.in_every_rank)
-            changed = [*envelope["tampered"], *changed]
+            changed = [*map(str, envelope["tampered"]), *changed]  # type: ignore[call-overload]
         if changed:
             envelope["tampered"] = changed[:20]
     except BaseException as error:  # noqa: BLE001 - e.g. a RecursionError the student's data caused
@@ -583,7 +583,7 @@ def _observe(observe, job: Job, reporter: _Reporter) -> dict[str, object]:
     except Fail as failure:
         reporter.release()
         tampered = failure.details.get("tampered") if type(failure.details) is dict else None
-        envelope = {"kind": Kind.FAIL.value, "message": str(failure)}
+        envelope: dict[str, object] = {"kind": Kind.FAIL.value, "message": str(failure)}
         return {**envelope, "tampered": [str(name) for name in tampered]} if tampered else envelope
     except BaseException as error:  # the student's code raised (SystemExit included)
         reporter.release()

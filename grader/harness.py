@@ -485,7 +485,7 @@ class Harness:
             uid=self.user[0] if self.user else None, gid=self.user[1] if self.user else None, expose=expose,
             hide=hide, private_network=private_network, environment=child_environment(),
             private_temp=tuple((folder, tuple(kept) + _below(folder, self.tree, workdir)) for folder, kept in private_temp),
-            jail=jail, jail_root=str(self.base / "jail"), scratch_bytes=int(self.settings.output_limit_mb * 1024 * 1024) * SCRATCH_PER_OUTPUT,
+            jail=jail, jail_root=str(self.tree.parent / "jail"), scratch_bytes=int(self.settings.output_limit_mb * 1024 * 1024) * SCRATCH_PER_OUTPUT,
         )
 
     def run(self, criterion: Criterion, seed: int, timeout: float) -> Outcome:

@@ -228,7 +228,7 @@ class _Scanner:
                 for inner in rest.split(".")[:-1]:  # the chain's inner attributes (torch.sys.modules)
                     if inner in self.attributes:
                         self.hits.append((node.lineno, "." + inner))
-                chain = node
+                chain: ast.expr = node
                 while isinstance(chain, ast.Attribute):  # every link of the chain, checked here once
                     self._allow_attribute(chain, imported=True)
                     chain = chain.value
@@ -270,8 +270,8 @@ def _encoding_findings(name: str, data: bytes) -> list[Finding]:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = data[:error.start].count(b"\n") + 1
-        return [Finding(name, line, "encoding not UTF-8", f"byte {data[error.start]:#x} at offset {error.start}")]
+        line_number = data[:error.start].count(b"\n") + 1
+        return [Finding(name, line_number, "encoding not UTF-8", f"byte {data[error.start]:#x} at offset {error.start}")]
     return []
 
 

@@ -307,7 +307,7 @@ def check_pickle(data: bytes, max_nodes: int = MAX_RESULT_NODES, max_depth: int 
         elif name in _PUTS:
             if not stack:
                 raise ValueError("memoised an empty stack")
-            memo[len(memo) if name == "MEMOIZE" else argument] = stack[-1]
+            memo[len(memo) if name == "MEMOIZE" else int(argument or 0)] = stack[-1]
         elif name == "DUP":
             stack.append(stack[-1])
         elif name != "STOP":

@@ -278,7 +278,8 @@ def changed(before: dict[str, object], now: dict[str, object]) -> list[str]:
     """The names whose identity differs between two :func:`identities`, and the modules'
     attributes written in between (even if put back)."""
     names = sorted(name for name, identity in before.items() if now.get(name) != identity and not name.startswith("("))
-    written = WRITES[before.get("(writes to watched modules)", 0):]  # type: ignore[misc]
+    mark = before.get("(writes to watched modules)", 0)
+    written = WRITES[mark if isinstance(mark, int) else 0:]
     return names + [f"{name} (written)" for name in dict.fromkeys(written) if name not in names]
 
 

@@ -160,7 +160,7 @@ def run_schedule(
     report = StepReport(loss=0.0, executed=[[] for _ in range(num_devices)], peak_live=[0] * num_devices)
     last = len(stages) - 1
 
-    def forward(s: int, mb: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(s: int, mb: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         x = microbatch_inputs[mb] if s == 0 else activations[s].take(mb, f"microbatch {mb} from stage {s - 1}")
         x = x.to(device)
         if s > 0:
@@ -174,7 +174,7 @@ def run_schedule(
             activations[s + 1].put(mb, out.detach())
         return x, out
 
-    def backward(s: int, mb: int, x: torch.Tensor, out: torch.Tensor, device: torch.device) -> None:
+    def backward(s: int, mb: int, x: torch.Tensor, out: torch.Tensor, device: torch.device | str) -> None:
         if s == last:
             out.backward()
         else:
