@@ -15,6 +15,8 @@ import argparse
 import importlib
 import sys
 
+from grader.cli import command_line
+
 # command -> (module providing add_arguments/run, one-line help)
 COMMANDS = {
     "batch": ("course.batch", "grade a folder of submissions into a gradebook CSV"),
@@ -25,16 +27,8 @@ COMMANDS = {
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
-        prog="python -m course",
-        description="Run a class: grade every student, build the gradebook, Canvas's import and the dashboard.",
-        epilog="`python -m course COMMAND --help` describes a command.",
-    )
-    commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (module, help_text) in COMMANDS.items():
-        command = commands.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
-        importlib.import_module(module).add_arguments(command)
-    return top
+    return command_line("python -m course",
+                        "Run a class: grade every student, build the gradebook, Canvas's import and the dashboard.", COMMANDS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,17 +48,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run only the GPU criteria, on ONE GPU with a small workload: exercises the CUDA code paths, scores nothing")
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
-        prog="python -m grader",
-        description="Grade submissions criterion by criterion, each criterion in an isolated child process.",
-        epilog="`python -m grader COMMAND --help` describes a command.",
-    )
-    commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (module, help_text) in COMMANDS.items():
-        command = commands.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+def command_line(prog: str, description: str, commands: dict[str, tuple[str, str]]) -> argparse.ArgumentParser:
+    """A parser of ``prog COMMAND ...``: each command's module (``commands[name][0]``) adds its
+    own arguments. The course's command line is built the same way."""
+    top = argparse.ArgumentParser(prog=prog, description=description,
+                                  epilog=f"`{prog} COMMAND --help` describes a command.")
+    subparsers = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in commands.items():
+        command = subparsers.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
         importlib.import_module(module).add_arguments(command)
     return top
+
+
+def parser() -> argparse.ArgumentParser:
+    return command_line("python -m grader",
+                        "Grade submissions criterion by criterion, each criterion in an isolated child process.", COMMANDS)
 
 
 def main(argv: list[str] | None = None) -> int:
