@@ -195,7 +195,8 @@ def balance_stages(costs: Sequence[float], num_stages: int) -> list[int]:
     ``[2, 2, 3, 1]`` both give a largest stage cost of 3.3, the least possible, so either
     is a right answer to ``balance_stages([1, 1, 1, 1, 1, 1, 1, 3.3], 4)``.
 
-    Each call depends only on its arguments.
+    Each call depends only on its arguments. Sizes: the checks use at most 64 layers and
+    16 stages; any exact method whose time is polynomial in both is fast enough.
 
     Raises:
         ValueError: at the call, when ``costs`` is empty or holds something that is not a

@@ -150,7 +150,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_sep("=", "public tests by problem")
         for line in summary_lines(list(_OUTCOMES.values()), _titles(config)):
             write(line)
-        if not config.getoption("smoke", default=False) and any(o != "passed" for _, o, _ in _OUTCOMES.values()):
-            write('one problem: make test PYTEST_ARGS="-m problem_2_1"; one test with its whole traceback:')
-            write('make test PYTEST_ARGS="tests/test_pipeline.py::TEST_NAME --tb=long" (or pytest ... directly)')
+        failing = [(nodeid, problem) for nodeid, (problem, outcome, _) in _OUTCOMES.items() if outcome != "passed"]
+        if failing and not config.getoption("smoke", default=False):
+            nodeid, problem = failing[0]  # the first test that did not pass names the examples
+            marker = "problem_" + problem.replace(".", "_")
+            write(f'one problem: make test PYTEST_ARGS="-m {marker}"; one test with its whole traceback:')
+            write(f'make test PYTEST_ARGS="{nodeid} --tb=long" (or pytest ... directly)')
     return result
