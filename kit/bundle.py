@@ -2,12 +2,14 @@
 
 The zip holds, at its root, ``setup.sh`` and ``run_autograder`` (from ``kit/gradescope/``,
 LF line endings, executable), the tested pins (``requirements.txt``, ``constraints.txt``),
-the grading engine (:func:`engine_files`: a whitelist, never the kit builder, the course
-package (``course/``: running a class), the tests or the grader's self-test check), and the PROVIDED files of ``minitorch/``. It never holds the
-answer key's student files. Gradescope unpacks it into ``/autograder/source``.
+the grading engine (:func:`engine_files`: the engine, the rubric's checks and the grader
+modules they import; never the kit builder, the course package (``course/``: running a
+class), the tests or the grader's self-test check), and the PROVIDED files of
+``minitorch/``. It never holds the answer key's student files. Gradescope unpacks it into ``/autograder/source``.
 """
 from __future__ import annotations
 
+import ast
 import zipfile
 from pathlib import Path
 
@@ -27,12 +29,35 @@ ENGINE = (
 )
 
 
+def _grader_imports(relative: str) -> set[str]:
+    """The grader's own modules that ``relative`` imports (``grader.x`` and ``from grader.checks
+    import tp_pieces`` alike), as files relative to the repository."""
+    found = set()
+    for node in ast.walk(ast.parse((REPOSITORY / relative).read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        for name in names:
+            for candidate in (name.replace(".", "/") + ".py", name.replace(".", "/") + "/__init__.py"):
+                if name.split(".")[0] == "grader" and (REPOSITORY / candidate).is_file():
+                    found.add(candidate)
+    return found
+
+
 def engine_files() -> list[str]:
-    """The grader's files the bundle ships, relative to the repository."""
+    """The grader's files the bundle ships, relative to the repository: the engine, the
+    command modules and the rubric's checks, with every grader module they import."""
     commands = {module.replace(".", "/") + ".py" for module, _ in COMMANDS.values()}
     checks = {c.module.replace(".", "/") + ".py" for c in load_rubric(DEFAULT_RUBRIC).criteria}
-    rubric = DEFAULT_RUBRIC.relative_to(REPOSITORY).as_posix()
-    return sorted({*ENGINE, *commands, *checks, rubric})
+    files, pending = set(), [*ENGINE, *commands, *checks]
+    while pending:
+        relative = pending.pop()
+        if relative not in files:
+            files.add(relative)
+            pending.extend(_grader_imports(relative))
+    return sorted({*files, DEFAULT_RUBRIC.relative_to(REPOSITORY).as_posix()})
 
 
 def bundle_files() -> dict[str, Path]:

@@ -1272,7 +1272,7 @@ def _rank_caller_unchanged(rank, t, seed, params):
         try:
             parts[name] = run()
         except Exception as error:  # noqa: BLE001 - that part's own criterion reports it
-            parts[name] = {"raised": type(error).__name__}
+            parts[name] = {"raised": type(error).__name__, "message": str(error)[:200]}
 
     for name in _OPS:
         x, grad = _scatter_gather_inputs(name, data, rank, t) if name in dict(_SCATTER_GATHER_OPS) else (
@@ -1334,6 +1334,12 @@ def judge_caller_unchanged(seed: int, params: dict, observation) -> None:
                     raise Fail(f"{where} changed the caller's {', '.join(result['changed'])} in place (checked "
                                "after forward, backward and one SGD step); leave them as they were")
     if not ran:
+        stubs = [str(result.get("message", "")) for o in observation.values() if isinstance(o, list)
+                 for rank in o if isinstance(rank, dict) for result in rank.values()
+                 if isinstance(result, dict) and result.get("raised") == "NotImplementedError"]
+        if stubs:
+            raise Fail(f"not implemented yet (Problem 3.0): every part it watches still raises NotImplementedError "
+                       f"(first: {stubs[0] or 'a stub'})")
         raise Fail("no op, layer, loss or model of Problem 3 ran (each raised); nothing to check")
 
 
@@ -1371,6 +1377,8 @@ def judge_errors(seed: int, params: dict, observation) -> None:
             f"VocabParallelEmbedding({odd}, {H})", f"ParallelLanguageModel({odd}, {H}, {HEADS}, 1, {FFN})"]
         for r, o in enumerate(_ranks(observation, t)):
             for entry in expect_cases(o["cases"], asked, "ValueError"):
+                if entry["raised"] == "NotImplementedError":
+                    raise Fail(f"not implemented yet (Problem 3.0): {entry['case']} still raises NotImplementedError")
                 if entry["raised"] != "ValueError":
                     raise Fail(f"t={t}, rank {r}: {entry['case']} (a size {t} does not divide) must raise "
                                f"ValueError; got {entry['raised']}")

@@ -50,7 +50,7 @@ def test_the_bundle_ships_the_grading_engine_and_nothing_else(autograder_zip):
         "grader/processes.py", "grader/protocol.py", "grader/report.py", "grader/rubric.py", "grader/rubric.toml",
         "grader/submission.py", "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/compare.py",
         "grader/checks/performance.py", "grader/checks/problem2.py", "grader/checks/problem3.py",
-        "grader/checks/problem4.py", "grader/checks/problem5.py",
+        "grader/checks/problem4.py", "grader/checks/problem5.py", "grader/checks/tp_pieces.py",
     }  # never the kit builder, the course package (running a class), the tests or the grader's self-test check
     assert top == {"setup.sh", "run_autograder", "requirements.txt", "constraints.txt"}
     assert minitorch_files == {f"minitorch/{p.name}" for p in provided_files()}
