@@ -9,6 +9,8 @@ include kit/templates/venv.mk
 BENCH_STAMP := $(VENV)/.installed-bench-python$(PYTHON_VERSION)
 SUBMISSION ?= minitorch
 PYTEST_ARGS ?=
+# Two pytest workers: much of the suite waits (ranks, child processes, a cluster), not computes.
+PYTEST_WORKERS ?= 2
 ARGS ?=
 
 .PHONY: help venv test test-fast lint grade bench handout handout-check gradescope lock clean
@@ -24,13 +26,13 @@ help:
 	@echo "make gradescope                 build dist/autograder.zip for Gradescope"
 	@echo "make lock [UPGRADE=1]           re-resolve constraints.txt (keeping its versions unless UPGRADE=1)"
 	@echo "make clean                      remove .venv and build leftovers (the next command reinstalls)"
-	@echo "variables: PYTHON=python3.11 (3.10-3.13), TORCH_INDEX_URL= (empty: PyPI's torch, CUDA on Linux)"
+	@echo "variables: PYTHON=python3.11 (3.10-3.13), TORCH_INDEX_URL= (empty: PyPI's torch, CUDA on Linux), PYTEST_WORKERS=2"
 
 venv: $(STAMP)
 
 # The drift check and lint run first: they are fast and say exactly what to fix.
 test: $(STAMP) handout-check lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # No catalogue, no multi-rank launches, no slow tests: for the edit loop. `make test` is the gate.
 test-fast: $(STAMP)
