@@ -15,7 +15,9 @@ from grading_helpers import answer_key_source, stub_files
 
 from course import canvas, discovery, gradebook, outcomes
 from course.outcomes import StudentGrade
+from grader.grading import select
 from grader.layout import REPOSITORY as REPO
+from grader.rubric import load_rubric
 
 ROSTER = (
     "Student,ID,SIS User ID,SIS Login ID,Section,HW5 Model Parallelism (77)\n"
@@ -198,16 +200,17 @@ def test_a_canvas_download_grades_into_a_canvas_import(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "skipped grading_notes.txt in submissions.zip (not a Canvas download name)" in result.stdout
     assert "Canvas download: 3 students (1 late)" in result.stdout and "1 older upload(s) not graded" in result.stdout
+    full = f"{sum(c.points for c in select(load_rubric().active(), ['2.1'])):g}"  # the answer key's: all of 2.1
     rows = {row["student"]: row for row in read_csv(tmp_path / "grades.csv")}
     assert sorted(rows) == ["lovelaceada_101", "turingalan_102", "zeduser_999"]
-    assert (rows["lovelaceada_101"]["2.1"], rows["lovelaceada_101"]["flags"]) == ("8", "late;missing:tensor_parallel.py")
-    assert (rows["turingalan_102"]["2.1"], rows["turingalan_102"]["flags"]) == ("8", "missing:tensor_parallel.py")
+    assert (rows["lovelaceada_101"]["2.1"], rows["lovelaceada_101"]["flags"]) == (full, "late;missing:tensor_parallel.py")
+    assert (rows["turingalan_102"]["2.1"], rows["turingalan_102"]["flags"]) == (full, "missing:tensor_parallel.py")
     assert rows["zeduser_999"]["2.1"] == "0" and "not_in_roster" in rows["zeduser_999"]["flags"]
     imported = {row["ID"] or row["Student"]: row for row in read_csv(tmp_path / "canvas.csv")}
     assert set(imported) == {"101", "102"}  # zeduser is not in the roster: left out, named in a line
     assert "left out of" in result.stdout and "zeduser_999" in result.stdout
-    assert (imported["101"]["SIS Login ID"], imported["101"]["HW5 Model Parallelism (77)"]) == ("ada", "8")
-    assert (imported["102"]["Student"], imported["102"]["HW5 Model Parallelism (77)"]) == ("Turing, Alan", "8")
+    assert (imported["101"]["SIS Login ID"], imported["101"]["HW5 Model Parallelism (77)"]) == ("ada", full)
+    assert (imported["102"]["Student"], imported["102"]["HW5 Model Parallelism (77)"]) == ("Turing, Alan", full)
     unpacked = gradebook.submissions_folder(tmp_path / "grades.csv")
     assert (unpacked / "lovelaceada_101" / "pipeline.py").read_text() == answer_key_source("pipeline.py")
 

@@ -15,7 +15,9 @@ from grading_helpers import answer_key_source, stub_files, write_submission
 from slurm_cluster import LocalSlurm, missing_binaries
 
 from course import cli, cluster, gradebook
+from grader.grading import select
 from grader.layout import REPOSITORY as REPO
+from grader.rubric import load_rubric
 
 # Writes a report as the grader would: full marks for everyone but "zero".
 FAKE_GRADER = textwrap.dedent('''\
@@ -33,6 +35,11 @@ FAKE_GRADER = textwrap.dedent('''\
 def read_csv(path: Path) -> dict[str, dict]:
     with open(path, newline="") as handle:
         return {row["student"]: row for row in csv.DictReader(handle)}
+
+
+def points(*only: str) -> str:
+    """Full marks on the criteria ``--only`` names, by the rubric, as the CSV writes them."""
+    return f"{sum(c.points for c in select(load_rubric().active(), list(only))):g}"
 
 
 def make_class(folder: Path) -> Path:
@@ -240,8 +247,9 @@ def test_slurm_array_grades_like_batch(slurm, tmp_path):
     for page in ("batch.html", "slurm.html"):
         assert 'data-count="students">3<' in (tmp_path / page).read_text(), page
     # wrong differs from the key in one line: the similarity pass (in both flows) pairs them
-    assert (by_slurm["key"]["2.1"], by_slurm["key"]["2.2"], by_slurm["key"]["flags"]) == ("8", "5", "similar_to=wrong;needs_review")
-    assert (by_slurm["stub"]["total"], by_slurm["wrong"]["total"], by_slurm["wrong"]["2.2"]) == ("0", "8", "0")
+    assert (by_slurm["key"]["2.1"], by_slurm["key"]["2.2"], by_slurm["key"]["flags"]) == (
+        points("2.1"), points("2.2-backward"), "similar_to=wrong;needs_review")
+    assert (by_slurm["stub"]["total"], by_slurm["wrong"]["total"], by_slurm["wrong"]["2.2"]) == ("0", points("2.1"), "0")
     logs = sorted((cluster.slurm_folder(tmp_path / "slurm" / "grades.csv") / "logs").glob("cpu-*.out"))
     assert len(logs) == 3, [log.read_text() for log in logs]
 
@@ -261,7 +269,7 @@ def test_cpu_and_gpu_arrays_in_one_submission(slurm, tmp_path):
     print(f"CPU and GPU arrays of one student + merge: {time.monotonic() - started:.1f} s")
     assert "submitted the gpu array" in result.stdout, result.stdout
     row = read_csv(csv_path)["key"]
-    assert (row["2.1"], row["total"], row["flags"]) == ("8", "8", "missing:tensor_parallel.py;gpu_blocked;needs_review")
+    assert (row["2.1"], row["total"], row["flags"]) == (points("2.1"), points("2.1"), "missing:tensor_parallel.py;gpu_blocked;needs_review")
     gpu_report = json.loads((gradebook.reports_folder(csv_path) / "gpu" / "key.json").read_text())
     assert [(c["id"], c["status"]) for c in gpu_report["criteria"]] == [("2.3-speedup", "blocked")]
     gpu_log = next((cluster.slurm_folder(csv_path) / "logs").glob("gpu-*.out")).read_text()

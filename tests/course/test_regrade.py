@@ -11,7 +11,9 @@ from grading_helpers import answer_key_source, write_submission
 
 from course import batch, gradebook, regrade
 from course.outcomes import StudentGrade
+from grader.grading import select
 from grader.layout import REPOSITORY as REPO
+from grader.rubric import load_rubric
 
 
 def criterion(id_, earned, status="passed", points=None, message=""):
@@ -97,6 +99,9 @@ def test_regrading_one_criterion_changes_only_it(tmp_path):
     assert detached != key
     write_submission(tmp_path / "class" / "detached", {"pipeline.py": detached})
     csv_path = tmp_path / "grades.csv"
+    points = {c.id: c.points for c in select(load_rubric().active(), ["2.1", "2.2-forward", "2.2-backward"])}
+    backward, forward, schedule = points["2.2-backward"], points["2.2-forward"], sum(
+        p for id_, p in points.items() if id_.startswith("2.1-"))
     started = time.monotonic()
     run_batch(tmp_path / "class", csv_path, "2.1", "2.2-forward", "2.2-backward")
     reports = gradebook.reports_folder(csv_path)
@@ -115,10 +120,10 @@ def test_regrading_one_criterion_changes_only_it(tmp_path):
     assert [c["id"] for c in new["criteria"]] == [c["id"] for c in old["criteria"]]
     for before, after in zip(old["criteria"], new["criteria"], strict=True):
         if before["id"] == "2.2-backward":
-            assert (after["status"], after["earned"]) == ("passed", 5), after
+            assert (after["status"], after["earned"]) == ("passed", backward), after
         else:
             assert after == before  # the same result, message and seconds: not regraded
-    assert new["score"] == 19 and new["merged"][-1]["criteria"] == ["2.2-backward"]
+    assert new["score"] == schedule + forward + backward and new["merged"][-1]["criteria"] == ["2.2-backward"]
     after_detached = json.loads((reports / "detached.json").read_text())
     assert [(c["id"], c["status"]) for c in after_detached["criteria"]] == [
         (c["id"], c["status"]) for c in before_detached["criteria"]
@@ -126,8 +131,8 @@ def test_regrading_one_criterion_changes_only_it(tmp_path):
     with open(gradebook.changelog_path(csv_path), newline="") as handle:
         changes = list(csv.DictReader(handle))
     assert [(c["student"], c["criterion"], c["old_points"], c["new_points"], c["old_status"], c["new_status"])
-            for c in changes] == [("key", "2.2-backward", "0", "5", "failed", "passed")]
+            for c in changes] == [("key", "2.2-backward", "0", f"{backward:g}", "failed", "passed")]
     with open(csv_path, newline="") as handle:
         rows = {row["student"]: row for row in csv.DictReader(handle)}
-    assert (rows["key"]["2.2"], rows["key"]["total"]) == ("11", "19")
-    assert (rows["detached"]["2.2"], rows["detached"]["total"]) == ("6", "14")
+    assert (rows["key"]["2.2"], rows["key"]["total"]) == (f"{forward + backward:g}", f"{schedule + forward + backward:g}")
+    assert (rows["detached"]["2.2"], rows["detached"]["total"]) == (f"{forward:g}", f"{schedule + forward:g}")

@@ -52,14 +52,48 @@ def test_the_kit_stubs_never_count():
     assert similarity.find_pairs(sources, similarity.read_stubs(), threshold=0.01) == []
 
 
+def line_numbers(text: str, start: str, wanted: list[str]) -> list[int]:
+    """The 1-based numbers of the lines ``wanted``, found one after the other in ``text`` from the
+    first line that starts with ``start`` (after indentation)."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith(start))
+    numbers = []
+    for line in wanted:
+        at = lines.index(line, at) + 1
+        numbers.append(at)
+    return numbers
+
+
+def excerpt_lines(regions) -> dict[int, str]:
+    """The file lines the regions' excerpts show, by number (folded and cut lines left out)."""
+    shown = {}
+    for region in regions:
+        for row in region.text.splitlines():
+            if row[:5].strip():
+                assert row[5:7] == "  " and region.first <= int(row[:5]) <= region.last, row
+                shown[int(row[:5])] = row[7:]
+    return shown
+
+
 def test_a_disguised_copy_is_found_with_the_copied_lines():
     sources = {"alice": key(), "bob": {name: disguised(text) for name, text in key().items()}, "carol": stub_files()}
     [pair] = similarity.find_pairs(sources, similarity.read_stubs())
     assert (pair.a, pair.b) == ("alice", "bob") and {m.file for m in pair.files} == {"pipeline.py", "tensor_parallel.py"}
     pipeline = next(m for m in pair.files if m.file == "pipeline.py")
     assert min(pipeline.similarity) > 0.9 and pipeline.overlap > similarity.MIN_OVERLAP
-    alice_lines = "\n".join(region.text for region in pipeline.regions[0])
-    assert "yield [(wave - stage, stage)" in alice_lines and "yield [(wa_x - st_x, st_x)" in "\n".join(r.text for r in pipeline.regions[1])
+    # The copied lines: the key's clock_cycles (its 2.1 solution), as they are in alice's file, disguised in bob's
+    copied = [line for line in CLOCK_CYCLES.search(answer_key_source("pipeline.py"))[1].splitlines()
+              if line.strip() and not line.strip().startswith("#")]
+    assert any(line.strip().startswith("yield ") for line in copied)
+    for side, text, lines in ((0, key()["pipeline.py"], copied),
+                              (1, disguised(key()["pipeline.py"]), [disguised(line).rstrip("\n") for line in copied])):
+        numbers = line_numbers(text, "def clock_cycles(", lines)
+        assert all(any(r.first <= n <= r.last for r in pipeline.regions[side]) for n in numbers), (side, numbers)
+        shown = excerpt_lines(pipeline.regions[side])
+        assert all(text.splitlines()[n - 1] == line for n, line in shown.items()), side  # this side's own lines
+        # alice's excerpt starts at the solution: all of it shows. bob's starts at clock_cycles' docstring (its
+        # renamed words are not the kit's) and stops at MAX_REGION_LINES: its first copied lines show.
+        assert set(numbers) <= set(shown) if side == 0 else numbers[0] in shown, (side, numbers, sorted(shown))
     first = pipeline.regions[0][0]
     assert answer_key_source("pipeline.py").splitlines()[first.first - 1].strip() == "# BEGIN SOLUTION 2.1"  # kit lines trimmed
 
