@@ -397,4 +397,5 @@ def test_a_students_first_make_test_is_short_and_ends_with_a_summary_per_problem
         assert f" 0/{tests} pass" in line and f"{tests} not implemented yet: Problem " in line, line
     conventions = next(line for line in summary if line.startswith("3.0 "))  # they build on every part of 3
     assert "Problem 3.1: " in conventions and "a part this one builds on" in conventions, conventions
-    assert re.search(rf"=+ {len(results)} not implemented in [\d.]+s =+", printed), lines[-3:]
+    # pytest adds "(0:01:00)" after a minute: a busy machine must not fail this
+    assert re.search(rf"=+ {len(results)} not implemented in [\d.]+s( \(\d+:\d\d:\d\d\))? =+", printed), lines[-3:]
