@@ -32,7 +32,7 @@ venv: $(STAMP)
 
 # The drift check and lint run first: they are fast and say exactly what to fix.
 test: $(STAMP) handout-check lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # No catalogue, no multi-rank launches, no slow tests: for the edit loop. `make test` is the gate.
 test-fast: $(STAMP)
