@@ -15,7 +15,10 @@ import math
 import random
 import threading
 import time
+import tracemalloc
+from _tracemalloc import _get_object_traceback
 from fractions import Fraction
+from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -201,10 +204,20 @@ def _pairs(wave) -> list | None:
         return None
 
 
-# A lazy generator hands out the first wave of LAZY_CASE in microseconds; one that builds every
-# wave first takes tens of milliseconds on an idle machine (and seconds under load).
-LAZY_CASE = (30_000, 2)
-LAZY_SECONDS = 0.005
+# Laziness is judged by the memory clock_cycles allocates before it hands out its first wave,
+# not by time (on a loaded machine any time limit fails a lazy generator now and then). LAZY_CASE
+# has M * K = 160,000 pairs: a schedule with every wave built first holds a tuple per pair, over
+# 10 MB; wave 0 alone is one pair, and state kept per microbatch or per stage (O(M + K)) stays in
+# the tens of kilobytes. LAZY_BYTES lies a factor of ten from both.
+LAZY_CASE = (400, 400)
+LAZY_BYTES = 1_000_000
+# tracemalloc's functions as they were when this module was imported (before any student code),
+# so a submission that rebinds tracemalloc's names changes nothing the measurement calls.
+_TRACEMALLOC = SimpleNamespace(
+    start=tracemalloc.start, stop=tracemalloc.stop, is_tracing=tracemalloc.is_tracing,
+    reset_peak=tracemalloc.reset_peak, get_traced_memory=tracemalloc.get_traced_memory,
+    object_traceback=_get_object_traceback,  # tracemalloc.get_object_traceback looks this up at each call
+)
 
 
 def _take(produced, limit: int) -> dict:
@@ -223,28 +236,37 @@ def _take(produced, limit: int) -> dict:
     return {"objects": waves, "waves": yielded, "pairs": pairs, "types": types, "error": error}
 
 
-def _first_wave_seconds(clock_cycles) -> float:
-    """Seconds to the first wave of LAZY_CASE, the best of up to three tries (one under LAZY_SECONDS is enough)."""
-    best = math.inf
-    for _ in range(3):
-        started = time.perf_counter()
+def _first_wave_memory(clock_cycles) -> dict:
+    """What ``clock_cycles(*LAZY_CASE)`` allocated until it handed out its first wave: the peak
+    of the memory tracemalloc traced, in bytes over what was traced before the call; whether the
+    measurement was intact afterwards (still tracing, and an object traced before the call still
+    traced: stopping, restarting or clearing tracemalloc loses it); and the error, if it raised."""
+    started_here = not _TRACEMALLOC.is_tracing()
+    _TRACEMALLOC.start()
+    witness = bytearray(64)  # allocated (no free list) and so traced now, until the tracing stops or is cleared
+    try:
+        _TRACEMALLOC.reset_peak()
+        before, error = _TRACEMALLOC.get_traced_memory()[0], None
         try:
-            next(iter(clock_cycles(*LAZY_CASE)), None)
+            produced = clock_cycles(*LAZY_CASE)
+            next(iter(produced), None)
         except NotImplementedError:
             raise
-        except Exception:  # noqa: BLE001 - the schedule's own criterion says what is wrong
-            return 0.0
-        best = min(best, time.perf_counter() - started)
-        if best <= LAZY_SECONDS:
-            break
-    return best
+        except Exception as raised:  # noqa: BLE001 - the schedule's criteria say what is wrong with it
+            error = f"{type(raised).__name__}: {str(raised)[:300]}"
+        peak = _TRACEMALLOC.get_traced_memory()[1] - before
+        intact = _TRACEMALLOC.is_tracing() and _TRACEMALLOC.object_traceback(witness) is not None
+    finally:
+        if started_here:
+            _TRACEMALLOC.stop()
+    return {"case": list(LAZY_CASE), "peak_bytes": peak, "intact": intact, "error": error}
 
 
 def _observe_waves() -> dict:
     """Every (M, K) of SCHEDULE_CASES through the student's ``clock_cycles``: each wave as it
     was yielded (text, pairs, type), the same waves again once the iteration is over (a list
     object reused for every wave shows there), what the call returned, the shown case run
-    again while another call runs in between, and the time to a first wave of a long schedule."""
+    again while another call runs in between."""
     from minitorch.pipeline import clock_cycles
 
     runs, objects = [], {}
@@ -351,10 +373,10 @@ def judge_stage_order(seed: int, params: dict, observation) -> None:
 
 
 def observe_generator(seed: int, params: dict):
-    """The same calls as 2.1-schedule, what ``clock_cycles(3, 3)`` returns, and how long a long schedule's first wave takes."""
+    """The same calls as 2.1-schedule, what ``clock_cycles(3, 3)`` returns, and the memory a long schedule's first wave takes."""
     from minitorch.pipeline import clock_cycles
 
-    return {**_observe_waves(), "first_wave_seconds": _first_wave_seconds(clock_cycles)}
+    return {**_observe_waves(), "laziness": [_first_wave_memory(clock_cycles)]}
 
 
 def judge_generator(seed: int, params: dict, observation) -> None:
@@ -366,15 +388,10 @@ def judge_generator(seed: int, params: dict, observation) -> None:
             "(write it with yield, one wave at a time, so a Pipe can start wave 0 before the rest is computed)"
         )
     _no_wave_at_all(observation)
-    seconds = observation["first_wave_seconds"]
-    if not isinstance(seconds, float) or seconds > LAZY_SECONDS:
-        raise Fail(
-            f"clock_cycles{LAZY_CASE} took {seconds:.2f} s to yield its first wave: every wave was computed before the "
-            "first was handed out. A generator computes each wave when it is asked for"
-        )
-    if observation["shared_across_calls"]:
+    if observation["shared_across_calls"]:  # before laziness: a cache is also built eagerly, once
         raise Fail(f"clock_cycles{SHOWN_CASE} called twice yielded the same list objects both times (cached waves?): "
                    "a caller that changes its waves would change the next caller's. Yield new lists on every call")
+    _judge_laziness(observation)
     for call, _, run in _runs(observation, microbatches=True, judge_errors=False):
         kinds = sorted({kind for kind in run["types"] if kind != "list"})
         if kinds:
@@ -387,6 +404,28 @@ def judge_generator(seed: int, params: dict, observation) -> None:
                     "the same list object is reused for every wave, so list(clock_cycles(...)) repeats the last "
                     "one. Yield a new list for each wave"
                 )
+
+
+def _judge_laziness(observation) -> None:
+    """Fail when clock_cycles(*LAZY_CASE) allocated more than LAZY_BYTES before its first wave, or
+    when its code stopped or cleared the memory measurement."""
+    measured = expect_cases(observation["laziness"], [list(LAZY_CASE)], "clock_cycles laziness")[0]
+    call = f"clock_cycles{LAZY_CASE}"
+    if measured["intact"] is not True:
+        raise Fail(
+            f"{call} stopped, restarted or cleared tracemalloc, with which the grader measures the memory a "
+            "generator takes before its first wave, so its laziness could not be judged. Leave tracemalloc alone"
+        )
+    peak = measured["peak_bytes"]
+    if type(peak) is not int:
+        raise Malformed(f"{call}: the grader could not read the memory it measured (got {type(peak).__name__})")
+    if peak > LAZY_BYTES:
+        until = f"it raised {measured['error']}" if measured["error"] is not None else "it yielded its first wave"
+        raise Fail(
+            f"{call} allocated {peak / 1e6:.1f} MB before {until} (wave 0 is the single pair (0, 0); the grader "
+            f"allows {LAZY_BYTES / 1e6:.0f} MB, far more than state kept per microbatch or per stage takes): every "
+            "wave was computed before the first was handed out. A generator computes each wave when it is asked for"
+        )
 
 
 def observe_no_microbatches(seed: int, params: dict):

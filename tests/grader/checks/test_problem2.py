@@ -4,6 +4,9 @@ student's code fails the check that targets it, saying what went wrong.
 """
 from __future__ import annotations
 
+import itertools
+import time
+import tracemalloc
 from fractions import Fraction
 
 import pytest
@@ -121,7 +124,7 @@ def test_a_copy_on_the_calling_thread_fails_transfers(student):
 # ---- 2.1: the schedule apart from its conventions (each convention costs its own criterion only)
 
 def right_waves(m, k):
-    """The right waves, one at a time (lazily: 2.1-generator times a long schedule's first wave)."""
+    """The right waves, one at a time (lazily: 2.1-generator measures the memory a long schedule's first wave takes)."""
     for wave in range(m + k - 1):
         yield [(wave - j, j) for j in range(max(0, wave - m + 1), min(wave, k - 1) + 1)]
 
@@ -257,12 +260,134 @@ def test_waves_as_generator_expressions_fail_only_the_generator(student):
     only_fails(student, clock_cycles, "generator", "expected each wave as a list")
 
 
-def test_every_wave_built_before_the_first_fails_only_the_generator(student):
+def every_wave_first(m, k):
+    """Every wave in a list before the first is handed out: lists of tuples built in Python."""
+    waves = list(right_waves(m, k)) if m else []
+    yield from waves
+
+
+def every_pair_first(m, k):
+    """Every pair made by a C-level builder (itertools.product), grouped by wave, then handed out."""
+    by_wave: dict = {}
+    for i, j in itertools.product(range(m), range(k)):
+        by_wave.setdefault(i + j, []).append((i, j))
+    for wave in sorted(by_wave):
+        yield sorted(by_wave[wave], key=lambda pair: pair[1])
+
+
+def every_pair_as_ints_first(m, k):
+    """The whole schedule kept compactly, two ints per pair, then turned into waves one by one."""
+    flat = [number for wave in right_waves(m, k) for pair in wave for number in pair] if m else []
+    sizes = [len(wave) for wave in right_waves(m, k)] if m else []
+    start = 0
+    for size in sizes:
+        yield [(flat[start + 2 * n], flat[start + 2 * n + 1]) for n in range(size)]
+        start += 2 * size
+
+
+@pytest.mark.parametrize("clock_cycles", [every_wave_first, every_pair_first, every_pair_as_ints_first],
+                         ids=lambda f: f.__name__)
+def test_every_wave_built_before_the_first_fails_only_the_generator(student, clock_cycles):
+    only_fails(student, clock_cycles, "generator", r"clock_cycles\(400, 400\) allocated .* MB before it yielded its first wave")
+
+
+def microbatches_listed_first(m, k):
+    """O(M) state made before the first wave (a list of the microbatches): lazy all the same."""
+    microbatches = [{"index": i, "stage": -1} for i in range(m)]
+    for wave in range(m + k - 1 if m else 0):
+        yield [(microbatches[wave - j]["index"], j) for j in range(max(0, wave - m + 1), min(wave, k - 1) + 1)]
+
+
+def every_pair_scanned_per_wave(m, k):
+    """Each wave found by scanning all M * K pairs when it is asked for: slow, but lazy."""
+    for wave in range(m + k - 1 if m else 0):
+        yield [(i, j) for j in range(k) for i in range(m) if i + j == wave]
+
+
+def stages_simulated(m, k):
+    """A simulation, one queue per stage, microbatches moving one stage per cycle: O(M + K) state."""
+    queues = [list(range(m))] + [[] for _ in range(k - 1)]
+    while any(queues):
+        wave = [(queue[0], j) for j, queue in enumerate(queues) if queue]
+        for i, j in wave:
+            queues[j].pop(0)
+            if j + 1 < k:
+                queues[j + 1].append(i)
+        yield wave
+
+
+@pytest.mark.parametrize("clock_cycles", [microbatches_listed_first, every_pair_scanned_per_wave, stages_simulated],
+                         ids=lambda f: f.__name__)
+def test_lazy_generators_with_state_or_slow_waves_pass_the_generator(student, clock_cycles):
+    student("clock_cycles", clock_cycles)
+    for name in ("schedule", "stage_order", "generator", "no_microbatches"):
+        observe_and_judge(checks, name, SEED, PARAMS[name])
+
+
+def test_laziness_does_not_depend_on_the_clock(student, monkeypatch):
+    """The verdict is the same however slow the machine seems: every clock reading is 1 s after the last."""
+    now = iter(itertools.count(start=1000.0, step=1.0))
+    for name in ("perf_counter", "monotonic", "time"):
+        monkeypatch.setattr(time, name, lambda: next(now))
+    observe_and_judge(checks, "generator", SEED, PARAMS["generator"])
+    student("clock_cycles", every_wave_first)
+    fails("generator", r"allocated .* MB before it yielded its first wave")
+
+
+def stopping(m, k):
+    tracemalloc.stop()
+    yield from every_wave_first(m, k)
+
+
+def restarting(m, k):
+    waves = list(every_wave_first(m, k))
+    tracemalloc.stop()
+    tracemalloc.start()
+    yield from waves
+
+
+def clearing(m, k):
+    waves = list(every_wave_first(m, k))
+    tracemalloc.clear_traces()
+    yield from waves
+
+
+@pytest.mark.parametrize("clock_cycles", [stopping, restarting, clearing], ids=lambda f: f.__name__)
+def test_a_generator_that_stops_or_clears_the_measurement_fails_the_generator(student, clock_cycles):
+    student("clock_cycles", clock_cycles)
+    try:
+        fails("generator", r"clock_cycles\(400, 400\) stopped, restarted or cleared tracemalloc")
+    finally:
+        tracemalloc.stop()  # restarting left it on (the other tests run untraced)
+
+
+def test_resetting_the_peak_or_rebinding_tracemalloc_does_not_hide_every_wave_built_first(student, monkeypatch):
     def clock_cycles(m, k):
-        waves = list(right_waves(m, k)) if m else []
+        waves = list(every_wave_first(m, k))
+        tracemalloc.reset_peak()  # the waves it holds are still traced
         yield from waves
 
-    only_fails(student, clock_cycles, "generator", r"took .* s to yield its first wave")
+    monkeypatch.setattr(tracemalloc, "get_traced_memory", lambda: (0, 0))
+    monkeypatch.setattr(tracemalloc, "is_tracing", lambda: True)
+    only_fails(student, clock_cycles, "generator", r"allocated .* MB before it yielded its first wave")
+
+
+def test_an_eager_build_that_raises_still_fails_the_generator(student):
+    def clock_cycles(m, k):
+        waves = list(every_wave_first(m, k))
+        if m * k > 100_000:
+            raise MemoryError("too many pairs")
+        yield from waves
+
+    student("clock_cycles", clock_cycles)
+    fails("generator", r"clock_cycles\(400, 400\) allocated .* MB before it raised MemoryError: too many pairs")
+
+
+def test_a_forged_laziness_measurement_fails_the_generator(student):
+    observation = checks.observe_generator(SEED, PARAMS["generator"])
+    observation["laziness"][0]["case"] = [4, 4]
+    with pytest.raises(Fail, match="asked for"):
+        checks.judge_generator(SEED, PARAMS["generator"], observed(observation))
 
 
 def test_waves_cached_across_calls_fail_only_the_generator(student):
