@@ -279,7 +279,10 @@ def forkserver_context(check_modules: list[str]):
     if not getattr(spawn.get_preparation_data, "grader_patched", False):
         spawn.get_preparation_data = _without_main_module(spawn.get_preparation_data)
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "grader.checks", "grader.child", *check_modules])
+    # A check module's FORKSERVER_PRELOAD: what its children would each import on first use,
+    # paid once in the server instead (and never in this process unless a judge needs it).
+    extra = [name for module in check_modules for name in getattr(sys.modules.get(module), "FORKSERVER_PRELOAD", ())]
+    context.set_forkserver_preload(["torch", "grader.checks", "grader.child", *check_modules, *extra])
     return context
 
 

@@ -21,16 +21,16 @@ import random
 from dataclasses import dataclass, field
 
 import torch
-
-# The first backward of a process imports torch's symbolic-shape machinery (sympy: 2-3 s on a busy
-# machine). Imported with this module, it is paid once in the grader's preloaded forkserver
-# instead of in every child that runs a backward.
-import torch.fx.experimental.symbolic_shapes  # noqa: F401
 from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from grader.checks import Fail, expect_cases, student_tensor
 from grader.checks.compare import close, difference
+
+# The first backward of a process imports torch's symbolic-shape machinery (sympy: 1-3 s). The
+# harness preloads it in the forkserver, so every child that runs a backward has it already; the
+# grader's own process imports it only if a judge runs a backward.
+FORKSERVER_PRELOAD = ("torch.fx.experimental.symbolic_shapes",)
 
 T_F, T_B = 1.0, 2.0  # F takes 1 unit, B 2 units, as in the lecture
 T_COMM = 0.5  # the transfer delay the schedules are also simulated with

@@ -77,6 +77,11 @@ RUN_TOKEN = "@RUN_TOKEN@"
 # clock_cycles and no 2.1 or 2.4 check runs a Pipe, so a mistake in one part cannot cost another
 # (2.1 and 2.4 entries say `only`; 2.3 needs GPUs). Grading fewer criteria keeps the catalogue fast.
 DEFAULT_ONLY = ["2.2"]
+# Problem 3's criteria run the grader's own pieces in place of the other sub-problems' (see
+# grader/checks/tp_pieces.py). For each sub-problem, at least one entry with a mistake in it grades
+# all of Problem 3: the proof that its mistake costs no other sub-problem's criteria. The other
+# entries of that sub-problem may grade less (test_each_tensor_parallel_piece_is_graded_against_all_of_problem_3).
+TP_PIECES = ("3.1", "3.2", "3.3", "3.4", "3.5")
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # A student's message never shows the grader's modules or files (grader.checks..., .../grader/...).
 GRADER_INTERNALS = re.compile(r"\bgrader\.(checks|child|harness|grading|protocol)\b|[/\\]grader[/\\]")
@@ -207,6 +212,15 @@ def test_catalogue_entry(path: Path, tmp_path: Path):
     if os.geteuid() == 0 and report.environment.get("children_uid") not in (None, 0):
         assert leftover_processes(report.environment["children_uid"]) == []
     assert [p for p in gone if os.path.lexists(p)] == [], "left behind after grading"
+
+
+def test_each_tensor_parallel_piece_is_graded_against_all_of_problem_3():
+    entries = [load_entry(path) for path in sorted(CATALOGUE.glob("*.toml"))]
+    unproved = [
+        piece for piece in TP_PIECES
+        if not any(entry.get("only") == ["3"] and any(c.startswith(piece + "-") for c in entry["lose"]) for entry in entries)
+    ]
+    assert not unproved, f"no entry with a mistake in {unproved} grades all of Problem 3 (only = [\"3\"])"
 
 
 def test_old_must_occur_once():

@@ -86,6 +86,24 @@ def test_the_forkserver_starts_with_only_the_explicit_environment():
     assert restored == "python-level secret True"  # the grader's own environment is back as it was
 
 
+def test_a_check_modules_own_preload_reaches_the_forkserver_only():
+    """Problem 4's children import torch's symbolic-shape machinery (sympy, seconds) on their first
+    checkpointed backward: the forkserver preloads it for them; a check module without it adds nothing."""
+    from multiprocessing import forkserver
+
+    import grader.checks.problem2  # noqa: F401 - forkserver_context reads the imported modules
+    import grader.checks.problem4  # noqa: F401
+    from grader.harness import forkserver_context
+
+    try:
+        forkserver_context(["grader.checks.problem4"])
+        assert "torch.fx.experimental.symbolic_shapes" in forkserver._forkserver._preload_modules
+        forkserver_context(["grader.checks.problem2"])
+        assert forkserver._forkserver._preload_modules == ["torch", "grader.checks", "grader.child", "grader.checks.problem2"]
+    finally:
+        forkserver_context([])
+
+
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the jail and its namespaces need the grader to run as root")
 SYSTEM_V = '''
 import ctypes as _ctypes

@@ -102,3 +102,6 @@ def test_stubs_score_zero(autograder_zip, tmp_path):
     results = run_autograder(unpack(autograder_zip, tmp_path, files))
     assert results["tests"] and results["score"] == 0
     assert all(t["score"] == 0 for t in results["tests"])
+    for test in results["tests"]:  # every criterion says which problem is still a stub
+        problem = test["name"].split("-")[0]
+        assert f"not implemented yet (Problem {problem})" in test["output"], test
