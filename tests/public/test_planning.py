@@ -2,9 +2,9 @@
 
 Run one part with ``pytest -m problem_5_1`` (or ``problem_5_2``). The numbers come from the
 lecture (section 6: Narayanan et al. 2021's 1T model and GPT-3); the rest are properties the
-contract promises for every model, cluster and plan. ``best_plan`` is also tested with a made-up
-``estimate`` in its module, so a mistake in 5.1 does not show up as a 5.2 failure. On the
-starter kit every test here fails with NotImplementedError.
+contract promises for every model, cluster and plan. ``best_plan`` is judged against your own
+``estimate`` (whatever it says) or with a made-up ``estimate`` in its module, so a mistake in 5.1
+fails 5.1's tests, not 5.2's. On the starter kit every test here fails with NotImplementedError.
 ``@pytest.mark.criterion(...)`` names the grader's criteria whose kind of mistake a test catches.
 """
 import dataclasses
