@@ -109,9 +109,9 @@ def _exit_reason(outcome: Outcome) -> str:
     if outcome.first_signal is None:
         return f"was killed by {name}{cause} before reporting a result"
     if outcome.first_signal == name:
-        return f"was killed by {name}{cause} twice (it was run again and killed again) before reporting a result"
-    return (f"was killed by {outcome.first_signal}, run again, and killed by {name}{cause} before reporting a "
-            "result")
+        return f"was killed by {name}{cause}; it was run again and killed by {name} again before reporting a result"
+    return (f"was killed by {outcome.first_signal}, run again, and then killed by {name}{cause} before reporting "
+            "a result")
 
 
 def _flood_reason(outcome: Outcome, output_limit_mb: float) -> str:

@@ -41,17 +41,18 @@ def test_killed_once_says_nothing_of_a_second_run():
     assert "twice" not in text and "again" not in text, text
 
 
-def test_killed_twice_by_the_same_signal_says_twice():
+def test_killed_twice_by_the_same_signal_says_so():
     text = message(Kind.EXITED, -signal.SIGKILL, first_signal="SIGKILL")
-    assert "was killed by SIGKILL" in text and "twice (it was run again and killed again)" in text, text
+    assert text.startswith("was killed by SIGKILL, a signal the grader did not send"), text
+    assert "it was run again and killed by SIGKILL again before reporting a result" in text, text
 
 
 def test_killed_by_two_different_signals_names_both_in_order():
     text = message(Kind.EXITED, -signal.SIGTERM, first_signal="SIGKILL")
-    assert "twice" not in text, text
-    assert "was killed by SIGKILL, run again, and killed by SIGTERM, a signal the grader did not send" in text, text
+    assert "again before" not in text, text
+    assert text.startswith("was killed by SIGKILL, run again, and then killed by SIGTERM, a signal the grader did not send"), text
 
 
 def test_a_crash_after_a_foreign_kill_names_the_crash():
     text = message(Kind.EXITED, -signal.SIGSEGV, first_signal="SIGKILL")
-    assert "killed by SIGKILL, run again, and killed by SIGSEGV (a crash in native code?)" in text, text
+    assert text.startswith("was killed by SIGKILL, run again, and then killed by SIGSEGV (a crash in native code?)"), text
