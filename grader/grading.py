@@ -106,8 +106,22 @@ def _exit_reason(outcome: Outcome) -> str:
         cause = " (a crash in native code?)"
     else:
         cause = ", a signal the grader did not send (your code, or another program on the grading machine)"
-    again = " twice: it was run again and killed again" if outcome.first_signal else ""
-    return f"was killed by {name}{cause}{again} before reporting a result"
+    if outcome.first_signal is None:
+        return f"was killed by {name}{cause} before reporting a result"
+    if outcome.first_signal == name:
+        return f"was killed by {name}{cause}; it was run again and killed by {name} again before reporting a result"
+    return (f"was killed by {outcome.first_signal}, run again, and then killed by {name}{cause} before reporting "
+            "a result")
+
+
+def _flood_reason(outcome: Outcome, output_limit_mb: float) -> str:
+    """The child was stopped at the size limit on its files: its printed output, or another file."""
+    if outcome.output_bytes >= int(output_limit_mb * 1024 * 1024):
+        return (f"printed more than the {output_limit_mb:g} MB output limit and was stopped "
+                f"(printed {format_bytes(outcome.output_bytes)}; kept the last 64 KB)")
+    # The limit is the child's RLIMIT_FSIZE: writing any file past it stops the child (SIGXFSZ).
+    return (f"wrote a file past the {output_limit_mb:g} MB file-size limit and was stopped (no file your code "
+            f"writes may grow past {output_limit_mb:g} MB; it printed {format_bytes(outcome.output_bytes)})")
 
 
 def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[Status, str, dict]:
@@ -150,10 +164,7 @@ def judge(criterion: Criterion, seed: int, outcome: Outcome, submission: Submiss
     if outcome.kind == Kind.TIMEOUT:
         return Status.TIMEOUT, f"did not finish within {timeout:g} s and was stopped (an endless loop, a deadlock, or a stage that never returns?)"
     if outcome.kind == Kind.FLOOD:
-        return Status.FAILED, (
-            f"printed more than the {output_limit_mb:g} MB output limit and was stopped "
-            f"(printed {format_bytes(outcome.output_bytes)}; kept the last 64 KB)"
-        )
+        return Status.FAILED, _flood_reason(outcome, output_limit_mb)
     if outcome.kind == Kind.EXITED:
         return Status.FAILED, _exit_reason(outcome)
     return Status.ERROR, f"grader error in the child for {criterion.check}:\n{envelope.get('message', outcome.kind)}"

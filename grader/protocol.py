@@ -54,7 +54,7 @@ class Kind(_Text):
     GARBAGE = "garbage"  # the child handed back something that is not plain data
     GRADER_ERROR = "grader-error"  # the child's own set-up broke
     TIMEOUT = "timeout"  # (parent) the child ran out of time
-    FLOOD = "flood"  # (parent) the child printed past the output limit
+    FLOOD = "flood"  # (parent) the child's output, or a file it wrote, reached the size limit on its files
     EXITED = "exited"  # (parent) the child ended without reporting
 
 

@@ -30,8 +30,9 @@ and small (a hostile child must not have changed or flooded them), the terminal 
 the Gradescope texts must hold no control characters but newlines and tabs, no message shows
 the grader's internals, and no process the child started may be left.
 
-The last test runs the public tests of the student kit on a few entries: the tests marked with
-a criterion the entry loses must fail there too (public parity).
+The last tests run the public tests of the student kit on a few entries: the tests marked with
+a criterion the entry loses must fail there too (public parity), and on some, no test of another
+criterion may fail (it would blame what the grader keeps).
 """
 from __future__ import annotations
 
@@ -237,7 +238,7 @@ def test_old_must_occur_once():
 # public tests, not the whole catalogue (that every criterion has a marked public test at all
 # is tests/kit/test_public_tests.py's check).
 
-PARITY_KIT = REPOSITORY / "handout"
+PARITY_KIT = REPOSITORY / "handout"  # the kit's Makefile, markers and conftest; the public tests are this repository's
 PARITY_ENTRIES = [
     "transfer-guarded-by-device",   # a move on the calling thread that only happens between devices
     "chunk-instead-of-split",       # the right number of microbatches, the wrong sizes
@@ -249,14 +250,16 @@ PARITY_PLUGIN = '''
 import json, os
 
 WANTED = set(os.environ["PARITY_CRITERIA"].split(","))
+PROBLEMS = set(filter(None, os.environ.get("PARITY_PROBLEMS", "").split(",")))  # every test of these, if given
 RESULTS = {}
 
 def pytest_collection_modifyitems(config, items):
     keep = []
     for item in items:
-        criteria = {c for marker in item.iter_markers("criterion") for c in marker.args} & WANTED
-        if criteria:
-            RESULTS[item.nodeid] = {"criteria": sorted(criteria), "failed": False}
+        criteria = {c for marker in item.iter_markers("criterion") for c in marker.args}
+        problems = {marker.name for marker in item.iter_markers() if marker.name.startswith("problem_")}
+        if problems & PROBLEMS if PROBLEMS else criteria & WANTED:
+            RESULTS[item.nodeid] = {"criteria": sorted(criteria), "failed": False, "message": ""}
             keep.append(item)
     config.hook.pytest_deselected(items=[item for item in items if item not in keep])
     items[:] = keep
@@ -264,6 +267,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_logreport(report):
     if report.failed and report.nodeid in RESULTS:
         RESULTS[report.nodeid]["failed"] = True
+        RESULTS[report.nodeid]["message"] = getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message
 
 def pytest_sessionfinish(session):
     with open(os.environ["PARITY_OUT"], "w") as handle:
@@ -271,12 +275,14 @@ def pytest_sessionfinish(session):
 '''
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", PARITY_ENTRIES)
-def test_public_tests_fail_where_the_grader_does(name: str, tmp_path: Path):
-    entry = load_entry(CATALOGUE / f"{name}.toml")
+def run_public_tests(entry: dict, name: str, tmp_path: Path, problems: list[str] = ()) -> dict:
+    """Per public test (node id): its criteria, whether it failed on the entry's code, and why.
+    Runs the tests marked with a criterion the entry loses, or every test of ``problems``
+    (markers such as ``problem_2_1``), in a copy of the kit holding this repository's public tests."""
     kit = tmp_path / "kit"
     shutil.copytree(PARITY_KIT, kit, ignore=shutil.ignore_patterns(".venv", "__pycache__", ".pytest_cache", ".hypothesis"))
+    for test in (REPOSITORY / "tests" / "public").glob("*.py"):
+        shutil.copyfile(test, kit / "tests" / test.name)
     for file in ("pipeline.py", "tensor_parallel.py"):  # the answer key, then the entry's mistake
         shutil.copyfile(REPOSITORY / "minitorch" / file, kit / "minitorch" / file)
     for file, text in submission_files(entry, name).items():
@@ -285,11 +291,45 @@ def test_public_tests_fail_where_the_grader_does(name: str, tmp_path: Path):
     (tmp_path / "plugin" / "parity_plugin.py").write_text(PARITY_PLUGIN)
     out = tmp_path / "results.json"
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "plugin"), "PARITY_OUT": str(out),
-           "PARITY_CRITERIA": ",".join(entry["lose"]), "HYPOTHESIS_PROFILE": "ci"}
+           "PARITY_CRITERIA": ",".join(entry["lose"]), "PARITY_PROBLEMS": ",".join(problems), "HYPOTHESIS_PROFILE": "ci"}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "parity_plugin", "-p", "no:cacheprovider"],
                          cwd=kit, env=env, capture_output=True, text=True, timeout=100)
     assert out.exists(), run.stdout[-2000:] + run.stderr[-2000:]
-    results = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PARITY_ENTRIES)
+def test_public_tests_fail_where_the_grader_does(name: str, tmp_path: Path):
+    entry = load_entry(CATALOGUE / f"{name}.toml")
+    results = run_public_tests(entry, name, tmp_path)
     caught = {criterion for result in results.values() if result["failed"] for criterion in result["criteria"]}
     missed = sorted(set(entry["lose"]) - caught)
     assert not missed, f"{name}: no public test fails for {missed}; ran {sorted(results)}"
+
+
+# The other way round: on an entry, every public test of the problems it is graded on that fails
+# is marked with a criterion the entry loses, so no public message blames what the grader keeps
+# (a wave listed in the wrong stage order reads as a wrong schedule; a mistake in estimate fails
+# a test of best_plan). Entries whose mistake once failed a test of a criterion the grader keeps.
+BLAME_ENTRIES = [
+    "clock-cycles-unsorted-wave",        # the right pairs in each wave, only the stage order wrong
+    "plan-activations-every-microbatch",  # estimate wrong (memory), best_plan right
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BLAME_ENTRIES)
+def test_public_tests_fail_only_for_what_the_grader_takes(name: str, tmp_path: Path):
+    from grader.grading import select
+
+    entry = load_entry(CATALOGUE / f"{name}.toml")
+    problems = sorted({"problem_" + c.problem.replace(".", "_") for c in select(load_rubric().active(), entry.get("only", DEFAULT_ONLY))})
+    results = run_public_tests(entry, name, tmp_path, problems)
+    assert results, f"{name}: no public test of {problems} ran"
+    blamed = {node: result for node, result in results.items()
+              if result["failed"] and not set(result["criteria"]) & set(entry["lose"])}
+    assert not blamed, (f"{name} loses only {entry['lose']} in the grader, yet these public tests of other criteria "
+                        f"fail: {json.dumps(blamed, indent=1)[:3000]}")
+    caught = {criterion for result in results.values() if result["failed"] for criterion in result["criteria"]}
+    assert set(entry["lose"]) <= caught, f"{name}: no public test fails for {sorted(set(entry['lose']) - caught)}"

@@ -103,3 +103,39 @@ def test_write_up_names_the_public_tests_next_to_each_criterion(tmp_path):
     for criterion, tests in criterion_tests(PUBLIC).items():
         row = next(line for line in readme.splitlines() if line.startswith(f"| `{criterion}` |"))
         assert all(f"`{test.split('::')[-1]}`" in row for test in tests), row
+
+
+def unexplained_assertions(folder) -> list[str]:
+    """``file:line: code`` for each assertion of the public tests that would fail without
+    saying what it expected: an ``assert`` without a message, a ``torch.testing.assert_close``
+    without ``msg``."""
+    import ast
+
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            bare = isinstance(node, ast.Assert) and node.msg is None
+            bare = bare or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                            and node.func.attr == "assert_close" and not any(k.arg == "msg" for k in node.keywords))
+            if bare:
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)[:100]}")
+    return found
+
+
+def test_every_public_assertion_says_what_it_expected():
+    # A student reads only the message: "assert None is not None" names neither the case nor the expectation.
+    bare = unexplained_assertions(PUBLIC)
+    assert not bare, "public assertions without a message naming the case and what was expected:\n" + "\n".join(bare)
+
+
+def test_unexplained_assertions_are_found(tmp_path):
+    (tmp_path / "test_a.py").write_text(textwrap.dedent("""\
+        import torch
+
+        def test_a(x):
+            assert x == 1
+            assert x == 2, "x is 2"
+            torch.testing.assert_close(x, x)
+            torch.testing.assert_close(x, x, msg="same")
+        """))
+    assert unexplained_assertions(tmp_path) == ["test_a.py:4: assert x == 1", "test_a.py:6: torch.testing.assert_close(x, x)"]
