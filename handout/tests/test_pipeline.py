@@ -25,36 +25,51 @@ RTOL, ATOL = 1e-4, 1e-6
 
 # ---------------------------------------------------------------- Problem 2.1
 
+LECTURE_3_3 = [[(0, 0)], [(1, 0), (0, 1)], [(2, 0), (1, 1), (0, 2)], [(2, 1), (1, 2)], [(2, 2)]]
+
+
+def check_waves(call, waves, expected):
+    """Each wave holds the expected pairs, in any order: the order inside a wave is
+    test_waves_are_ordered_by_stage's (criterion 2.1-stage-order), not the schedule's."""
+    for k, (have, want) in enumerate(zip(waves, expected)):
+        try:
+            pairs = sorted(tuple(pair) for pair in have)
+        except TypeError:  # not a list of pairs: the message shows it
+            pairs = None
+        assert pairs == sorted(want), (
+            f"contract (Yields): {call}, wave {k}: expected the pairs {want} (in any order), got {have} "
+            "(each pair in the earliest clock cycle it can run in)"
+        )
+    assert len(waves) == len(expected), (
+        f"contract (Yields): {call} yielded {len(waves)} waves; expected M + K - 1 = {len(expected)}: {expected}"
+    )
+
 
 @pytest.mark.problem_2_1
-@pytest.mark.criterion("2.1-schedule", "2.1-stage-order")
+@pytest.mark.criterion("2.1-schedule")
 def test_lecture_example_3_microbatches_3_stages():
-    assert list(clock_cycles(3, 3)) == [
-        [(0, 0)],
-        [(1, 0), (0, 1)],
-        [(2, 0), (1, 1), (0, 2)],
-        [(2, 1), (1, 2)],
-        [(2, 2)],
-    ]
+    check_waves("clock_cycles(3, 3)", list(clock_cycles(3, 3)), LECTURE_3_3)
 
 
 @pytest.mark.problem_2_1
-@pytest.mark.criterion("2.1-schedule", "2.1-stage-order")
+@pytest.mark.criterion("2.1-schedule")
 def test_exercise_1_two_microbatches_three_stages():
-    assert list(clock_cycles(2, 3)) == [[(0, 0)], [(1, 0), (0, 1)], [(1, 1), (0, 2)], [(1, 2)]]
+    expected = [[(0, 0)], [(1, 0), (0, 1)], [(1, 1), (0, 2)], [(1, 2)]]
+    check_waves("clock_cycles(2, 3)", list(clock_cycles(2, 3)), expected)
 
 
 @pytest.mark.problem_2_1
 @pytest.mark.criterion("2.1-no-microbatches")
 @pytest.mark.parametrize("num_stages", [1, 2, 5])
 def test_no_microbatches_yields_nothing(num_stages):
-    assert list(clock_cycles(0, num_stages)) == []
+    waves = list(clock_cycles(0, num_stages))
+    assert waves == [], f"contract (Yields): clock_cycles(0, {num_stages}) yielded {waves}; expected no wave (M = 0)"
 
 
 @pytest.mark.problem_2_1
 @pytest.mark.criterion("2.1-schedule")
 def test_one_stage_is_one_microbatch_per_wave():
-    assert list(clock_cycles(4, 1)) == [[(0, 0)], [(1, 0)], [(2, 0)], [(3, 0)]]
+    check_waves("clock_cycles(4, 1)", list(clock_cycles(4, 1)), [[(0, 0)], [(1, 0)], [(2, 0)], [(3, 0)]])
 
 
 @pytest.mark.problem_2_1
@@ -81,7 +96,9 @@ def test_a_generator_that_yields_a_new_list_per_wave():
     )
     waves = list(schedule)
     assert len({id(wave) for wave in waves}) == len(waves), "the same list object is yielded for several waves"
-    assert waves[0] == [(0, 0)] and waves[-1] == [(2, 2)]
+    assert waves[:1] == [[(0, 0)]] and waves[-1:] == [[(2, 2)]], (
+        f"contract (Yields): clock_cycles(3, 3) yielded {waves}; expected [(0, 0)] first and [(2, 2)] last"
+    )
 
 
 @pytest.mark.problem_2_1
@@ -115,10 +132,11 @@ def test_calls_are_independent():
     waves = [next(outer)]
     other = list(clock_cycles(4, 2))  # another call while the first is half way through
     waves += list(outer)
-    assert waves == [[(0, 0)], [(1, 0), (0, 1)], [(2, 0), (1, 1), (0, 2)], [(2, 1), (1, 2)], [(2, 2)]], (
-        f"contract (Guarantees): clock_cycles(3, 3) with clock_cycles(4, 2) run after its first wave yielded {waves}"
+    check_waves("clock_cycles(3, 3) with clock_cycles(4, 2) run after its first wave", waves, LECTURE_3_3)
+    assert len(other) == 5, (
+        f"contract (Guarantees): clock_cycles(4, 2), run while clock_cycles(3, 3) was half way through, yielded "
+        f"{len(other)} waves ({other}); expected M + K - 1 = 5"
     )
-    assert len(other) == 5
 
 
 @pytest.mark.problem_2_1
@@ -149,8 +167,13 @@ def test_schedule_properties(num_microbatches, num_stages):
 @pytest.mark.criterion("2.1-stage-order")
 @pytest.mark.parametrize("num_microbatches, num_stages", [(3, 3), (5, 2), (2, 6)])
 def test_waves_are_ordered_by_stage(num_microbatches, num_stages):
+    call = f"clock_cycles({num_microbatches}, {num_stages})"
     for k, wave in enumerate(clock_cycles(num_microbatches, num_stages)):
-        assert [j for _, j in wave] == sorted(j for _, j in wave), f"wave {k} not ordered by stage: {wave}"
+        assert [j for _, j in wave] == sorted(j for _, j in wave), (
+            f"contract (Yields): {call}, wave {k} is {wave}: not ordered by increasing stage; expected "
+            f"{sorted(wave, key=lambda pair: pair[1])} (only the order: a wave lists its pairs by stage, stage 0 first, "
+            "as the Pipe submits them)"
+        )
 
 
 # ---------------------------------------------------------------- Problem 2.2
@@ -190,7 +213,9 @@ def test_pipe_matches_sequential(pipe_factory, num_stages, batch, split_size):
     stages = make_stages(num_stages)
     pipe = pipe_factory(stages, split_size)
     x = torch.randn(batch, 6)
-    torch.testing.assert_close(pipe(x), run_sequentially(stages, x), rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(pipe(x), run_sequentially(stages, x), rtol=RTOL, atol=ATOL, msg=lambda m: (
+        f"contract (Returns): {num_stages} stages, {batch} rows at split_size {split_size}: not the stages run in "
+        f"sequence: {m}"))
 
 
 class RecordsRows(nn.Module):
@@ -221,7 +246,7 @@ def test_microbatches_have_split_size_rows(pipe_factory, batch, split_size, size
         assert [first for stage, first, _ in log if stage == j] == starts, f"stage {j} ran the microbatches out of order"
 
 
-WAVES_3_3 = [
+WAVES_3_3 = [  # the write-up's table for M = K = 3, wave by wave
     ["submit(0)", "receive(0)"],
     ["submit(0)", "submit(1)", "receive(0)", "receive(1)"],
     ["submit(0)", "submit(1)", "submit(2)", "receive(0)", "receive(1)", "receive(2)"],
@@ -242,13 +267,6 @@ def call_order(pipe, x):
 @pytest.mark.criterion("2.2-call-order")
 def test_call_order_is_submit_the_wave_then_receive_it(pipe_factory):
     pipe = pipe_factory(make_stages(3), 2)
-    expected = [  # the write-up's table for M = K = 3
-        "submit(0)", "receive(0)",
-        "submit(0)", "submit(1)", "receive(0)", "receive(1)",
-        "submit(0)", "submit(1)", "submit(2)", "receive(0)", "receive(1)", "receive(2)",
-        "submit(1)", "submit(2)", "receive(1)", "receive(2)",
-        "submit(2)", "receive(2)",
-    ]
     for call, rows in enumerate((6, 5), start=1):  # a second call, with an uneven last microbatch
         got = call_order(pipe, torch.randn(rows, 6))
         position = 0
@@ -260,7 +278,6 @@ def test_call_order_is_submit_the_wave_then_receive_it(pipe_factory):
             )
             position += len(want)
         assert position == len(got), f"call {call}: after the last wave: expected nothing; got {' '.join(got[position:])}"
-    assert sum(map(len, WAVES_3_3)) == len(expected)
 
 
 @pytest.mark.problem_2_2
@@ -268,9 +285,10 @@ def test_call_order_is_submit_the_wave_then_receive_it(pipe_factory):
 def test_pipe_repeated_calls_with_different_inputs(pipe_factory):
     stages = make_stages(3)
     pipe = pipe_factory(stages, 3)
-    for batch in (7, 9, 2):
+    for call, batch in enumerate((7, 9, 2), start=1):
         x = torch.randn(batch, 6)
-        torch.testing.assert_close(pipe(x), run_sequentially(stages, x), rtol=RTOL, atol=ATOL)
+        torch.testing.assert_close(pipe(x), run_sequentially(stages, x), rtol=RTOL, atol=ATOL, msg=lambda m: (
+            f"contract (Returns): 3 stages, split_size 3, call {call} ({batch} rows): not the stages run in sequence: {m}"))
 
 
 @pytest.mark.problem_2_2
@@ -281,8 +299,11 @@ def test_pipe_does_not_mutate_input_and_registers_parameters(pipe_factory):
     x = torch.randn(5, 6)
     before = x.clone()
     pipe(x)
-    assert torch.equal(x, before)
-    assert len(list(pipe.parameters())) == sum(len(list(s.parameters())) for s in stages)
+    assert torch.equal(x, before), "contract (Guarantees): 2 stages, 5 rows: forward changed the caller's x in place"
+    expected = sum(len(list(s.parameters())) for s in stages)
+    assert len(list(pipe.parameters())) == expected, (
+        f"Pipe(2 stages).parameters() holds {len(list(pipe.parameters()))} tensors; expected the stages' {expected} "
+        "(register the stages as submodules)")
 
 
 @pytest.mark.problem_2_2
@@ -299,16 +320,20 @@ def test_gradients_and_three_sgd_steps_match_sequential(pipe_factory):
         x_reference = x.clone().requires_grad_()
         pipe(x_pipe).square().mean().backward()
         run_sequentially(reference, x_reference).square().mean().backward()
-        torch.testing.assert_close(x_pipe.grad, x_reference.grad, rtol=RTOL, atol=ATOL)
-        for ours, theirs in zip(pipe.parameters(), (p for s in reference for p in s.parameters())):
-            assert ours.grad is not None, f"step {step}: a stage parameter got no gradient (detached?)"
-            torch.testing.assert_close(ours.grad, theirs.grad, rtol=RTOL, atol=ATOL)
+        case = f"3 stages, 10 rows at split_size 3, SGD step {step}"
+        torch.testing.assert_close(x_pipe.grad, x_reference.grad, rtol=RTOL, atol=ATOL,
+                                   msg=lambda m: f"{case}: the gradient of the input is not the sequential run's: {m}")
+        for index, (ours, theirs) in enumerate(zip(pipe.parameters(), (p for s in reference for p in s.parameters()))):
+            assert ours.grad is not None, f"{case}: parameter {index} of the stages got no gradient (detached?)"
+            torch.testing.assert_close(ours.grad, theirs.grad, rtol=RTOL, atol=ATOL, msg=lambda m: (
+                f"{case}: the gradient of parameter {index} of the stages is not the sequential run's: {m}"))
         pipe_optimizer.step()
         reference_optimizer.step()
         pipe_optimizer.zero_grad()
         reference_optimizer.zero_grad()
-    for ours, theirs in zip(pipe.parameters(), (p for s in reference for p in s.parameters())):
-        torch.testing.assert_close(ours, theirs, rtol=RTOL, atol=ATOL)
+    for index, (ours, theirs) in enumerate(zip(pipe.parameters(), (p for s in reference for p in s.parameters()))):
+        torch.testing.assert_close(ours, theirs, rtol=RTOL, atol=ATOL, msg=lambda m: (
+            f"after 3 SGD steps, parameter {index} of the stages is not the sequential run's: {m}"))
 
 
 class RecordsGraph(nn.Module):
@@ -333,16 +358,29 @@ def test_no_graph_is_built_in_stages_under_no_grad(pipe_factory, mode):
     pipe = pipe_factory(stages, 2)
     with mode():
         out = pipe(torch.randn(6, 6))
-    assert not out.requires_grad
+    assert not out.requires_grad, f"under {mode.__name__} the Pipe's output requires grad; expected no autograd graph"
     assert all(not built for stage in stages for built in stage.built_graph), (
         "a stage built an autograd graph although the caller ran under no_grad: "
         "grad mode is thread-local, see pitfall 1"
     )
-    assert torch.is_grad_enabled()
+    assert torch.is_grad_enabled(), f"after the forward under {mode.__name__}, grad mode is still off on the calling thread"
 
 
 class StageFailure(Exception):
     pass
+
+
+def raised_by(forward, kind, case):
+    """The exception ``forward()`` raised, or a failure saying what happened instead of a ``kind``."""
+    try:
+        result = forward()
+    except (Exception, kind) as error:  # noqa: BLE001 - any other exception is named in the message
+        if isinstance(error, kind):
+            return error
+        pytest.fail(f"contract (Raises): {case}: the caller got {type(error).__name__}: {error}; expected the stage's "
+                    f"own {kind.__name__}")
+    pytest.fail(f"contract (Raises): {case}: forward returned a {type(result).__name__} instead of raising; expected the "
+                f"stage's {kind.__name__} to reach the caller")
 
 
 class FailsOnce(nn.Module):
@@ -370,9 +408,9 @@ def test_stage_exception_reaches_caller_and_pipe_is_reusable(pipe_factory):
     torch.manual_seed(0)
     stages = [nn.Linear(6, 6), FailsOnce(), nn.Linear(6, 6)]
     pipe = pipe_factory(stages, 2)
-    with pytest.raises(StageFailure, match="stage 1 refused this batch") as caught:
-        pipe(torch.randn(6, 6))
-    assert caught.value is stages[1].raised, "contract (Raises): the stage's own exception object, not a copy or a wrapper"
+    caught = raised_by(lambda: pipe(torch.randn(6, 6)), StageFailure, "3 stages, 6 rows at split_size 2, stage 1 "
+                       "raises on microbatch 1")
+    assert caught is stages[1].raised, "contract (Raises): the stage's own exception object, not a copy or a wrapper"
     stages[1].fail = False
     x = torch.randn(6, 6)
     torch.testing.assert_close(pipe(x), run_sequentially(stages, x), rtol=RTOL, atol=ATOL,
@@ -386,7 +424,8 @@ def test_no_thread_alive_after_close():
     pipe = Pipe(make_stages(3), split_size=2)
     pipe(torch.randn(4, 6))
     pipe.close()
-    assert set(threading.enumerate()) <= before
+    left = sorted(thread.name for thread in set(threading.enumerate()) - before)
+    assert not left, f"contract (Guarantees): after Pipe.close() these threads are still alive: {left}"
 
 
 class Sleeps(nn.Module):
@@ -408,7 +447,7 @@ def test_stages_run_concurrently(pipe_factory):
     start = time.perf_counter()
     out = pipe(x)
     elapsed = time.perf_counter() - start
-    assert torch.equal(out, x + num_stages)
+    assert torch.equal(out, x + num_stages), f"{num_stages} stages that add 1 each: expected x + {num_stages}, got {out.flatten().tolist()}"
     pipelined = (num_microbatches + num_stages - 1) * sleep  # 0.4 s
     serial = num_microbatches * num_stages * sleep  # 0.9 s
     assert elapsed < (pipelined + serial) / 2, (
@@ -526,8 +565,8 @@ def test_a_base_exception_mid_wave_reaches_the_caller_and_the_pipe_still_works(p
     # 3 stages, 3 microbatches; stage 1 fails on microbatch 2, in wave 3 with (1, 2) still to take back
     stages = [FailsOn(-1, StageFailure), FailsOn(2, Interrupt), FailsOn(-1, StageFailure)]
     pipe = pipe_factory(stages, 2)
-    with pytest.raises(Interrupt):
-        pipe(torch.zeros(6, 1))
+    raised_by(lambda: pipe(torch.zeros(6, 1)), Interrupt, "3 stages, 6 rows at split_size 2, stage 1 raises a "
+              "BaseException on microbatch 2")
     stages[1].fail = False
     x = torch.arange(6.0).unsqueeze(1)
     torch.testing.assert_close(pipe(x), x + 3, msg=lambda m: (
@@ -540,8 +579,8 @@ def test_a_base_exception_mid_wave_reaches_the_caller_and_the_pipe_still_works(p
 def test_no_later_wave_runs_after_an_error(pipe_factory):
     stages = [FailsOn(0, StageFailure), FailsOn(-1, StageFailure), FailsOn(-1, StageFailure)]
     pipe = pipe_factory(stages, 2)
-    with pytest.raises(StageFailure):
-        pipe(torch.zeros(6, 1))
+    raised_by(lambda: pipe(torch.zeros(6, 1)), StageFailure, "3 stages, 6 rows at split_size 2, stage 0 raises on "
+              "microbatch 0")
     calls = [stage.calls for stage in stages]
     assert calls == [1, 0, 0], (
         f"contract (Raises): stage 0 failed in wave 0, yet the stages ran {calls} microbatches: the forward stops "
