@@ -42,11 +42,13 @@ How ``launch`` works, and why:
   did not expect ("terminate called after throwing an instance of 'gloo::EnforceNotMet'").
 * Each rank's stderr (Python's and the C++ runtime's alike) goes to a file while the rank
   runs; when the launch ends, ``launch`` copies it to the caller's ``sys.stderr``, every line
-  prefixed ``[rank r]``, each C++ stack trace collapsed into one line, at most 64 KB from
-  each end. A rank that dies without reporting (an abort, a crash) becomes a
+  prefixed ``[rank r]``, each C++ stack trace collapsed into one line, a Python fault dump
+  (pytest turns the fault handler on) cut to the rank's own frames, at most 64 KB from each
+  end. A rank that dies without reporting (an abort, a crash) becomes a
   ``RuntimeError`` naming the signal and quoting the cause it printed:
   ``rank 1: died of SIGABRT without reporting a result: gloo: ... collective mismatch ...``.
-  stdout is left as it is: only Python prints to it, live and whole lines, as in any process.
+  stdout is left as it is: the runtime writes its aborts and stacks to stderr, and what the
+  ranks print to stdout appears as they print it, whole lines (useful while a rank hangs).
 * ``destroy_process_group`` always runs in every rank; when ``launch`` returns or raises, no
   rank process is left running (and a rank dies with its parent if the parent is killed).
 * A rank's exception is re-raised in the caller with the same type where possible and the
@@ -444,7 +446,8 @@ def _find_exception_type(module: str, qualname: str) -> type:
 _CPP_STACK_LINE = re.compile(
     r"^\s*(frame #\d+: |<omitting python frames>$|Exception raised from .* \(most recent call first\):$)")
 _FAULT_FRAME = re.compile(r'^\s+File ".*", line \d+ in (?P<name>\S+)$')  # faulthandler's dump of a thread
-_GLOO_LOCATION = re.compile(r"\[(?:enforce fail at )?\S*/gloo/\S*\]\s*")  # its source file, as built on CI
+# Where in gloo's sources (on PyTorch's build machine) an error was raised: noise to a student.
+_GLOO_LOCATION = re.compile(r"\[(?:enforce fail at )?\S*/gloo/\S*\]\s*")
 
 
 def _stderr_path(workdir: str, rank: int) -> str:
@@ -512,8 +515,8 @@ def _death_cause(captured: str) -> str:
     lines = [line.strip() for line in _collapse_stacks(captured.splitlines())]
     lines = [line for line in lines if line and not line.startswith("... (")]
     fault_dumps = [number for number, line in enumerate(lines) if line.startswith("Fatal Python error: ")]
-    if fault_dumps and fault_dumps[-1] > 0:  # the dump says where the rank was, the lines above it why
-        lines = lines[:fault_dumps[-1]]
+    if fault_dumps:  # the dump says where the rank was; the lines above it say why, else its title
+        lines = lines[:fault_dumps[-1]] or [lines[fault_dumps[-1]]]
     explanations = [line.split("what():", 1)[1].strip() for line in lines if "what():" in line]
     cause = _GLOO_LOCATION.sub("gloo: ", explanations[-1] if explanations else " | ".join(lines[-3:]))
     if "gloo" in cause and "collective" not in cause:

@@ -1,4 +1,5 @@
 """The provided launcher minitorch.distributed: values, errors, timeouts, no orphans, torchrun."""
+import ctypes
 import faulthandler
 import os
 import re
@@ -149,6 +150,17 @@ def test_a_real_collective_mismatch_that_aborts_a_rank_says_so(capfd, no_orphans
         launch(_mismatched_dtypes, 2, backend="gloo", timeout=10)
     assert len(str(info.value)) < 400 and "/gloo/" not in str(info.value)
     assert "] terminate called after throwing" in capfd.readouterr().err
+
+
+def _segfault(rank, world_size):
+    ctypes.string_at(0)
+
+
+def test_a_crashed_rank_names_its_signal_and_the_fault(capfd, fault_dumps_on, no_orphans):
+    with pytest.raises(RuntimeError) as info:
+        launch(_segfault, 1, backend="gloo", timeout=10)
+    assert str(info.value) == "rank 0: died of SIGSEGV without reporting a result: Fatal Python error: Segmentation fault"
+    assert re.search(r'^\[rank 0\]   File ".*", line \d+ in _segfault$', capfd.readouterr().err, re.M)
 
 
 def _print_to_stderr(rank, world_size):
