@@ -1,5 +1,8 @@
 """The provided launcher minitorch.distributed: values, errors, timeouts, no orphans, torchrun."""
+import ctypes
+import faulthandler
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -86,6 +89,112 @@ def _exit_hard(rank, world_size):
 def test_rank_that_dies_without_reporting_is_an_error(no_orphans):
     with pytest.raises(RuntimeError, match="rank 0: process exited with code 3"):
         launch(_exit_hard, 2, backend="gloo", timeout=10)
+
+
+@pytest.fixture
+def fault_dumps_on():
+    """Python's fault handler on, where pytest's own plugin leaves it: on a copy of fd 2, so a
+    rank's abort would write its dump past the rank's captured fd 2."""
+    if faulthandler.is_enabled():
+        yield
+        return
+    with os.fdopen(os.dup(2), "w") as copy_of_stderr:
+        faulthandler.enable(file=copy_of_stderr)
+        try:
+            yield
+        finally:
+            faulthandler.disable()
+
+
+CPP_STACK_LINES = 60
+
+
+def _abort_after_a_cpp_stack(rank, world_size):
+    if rank == 1:
+        print("my own line before the abort", file=sys.stderr)
+        frames = "".join(f"frame #{n}: c10::fake_{n}() + 0x{n:x} (0x7f0000 in /usr/lib/libfake.so)\n"
+                         for n in range(CPP_STACK_LINES - 1))
+        os.write(2, ("terminate called after throwing an instance of 'c10::Error'\n"
+                     "  what():  fake: rank 1 received 8 bytes where it expected 4\n"
+                     "Exception raised from fake_check at fake.cpp:12 (most recent call first):\n"
+                     + frames).encode())
+        os.abort()
+    dist.barrier()  # rank 0 then fails with a "connection closed" echo
+
+
+def test_an_aborted_rank_names_its_signal_and_cause_and_its_stack_is_one_line(capfd, fault_dumps_on, no_orphans):
+    with pytest.raises(RuntimeError) as info:
+        launch(_abort_after_a_cpp_stack, 2, backend="gloo", timeout=10)
+    assert str(info.value) == ("rank 1: died of SIGABRT without reporting a result: "
+                               "fake: rank 1 received 8 bytes where it expected 4")
+    err = capfd.readouterr().err
+    assert ("[rank 1] my own line before the abort\n"
+            "[rank 1] terminate called after throwing an instance of 'c10::Error'\n"
+            "[rank 1]   what():  fake: rank 1 received 8 bytes where it expected 4\n"
+            f"[rank 1] ... ({CPP_STACK_LINES} lines of C++ stack omitted)\n") in err, err
+    assert "frame #" not in err, err
+    # The fault handler's dump keeps the rank's own frames, not the launcher's or pytest's.
+    assert "[rank 1] Fatal Python error: Aborted" in err, err
+    assert re.search(r'^\[rank 1\]   File ".*test_distributed.py", line \d+ in _abort_after_a_cpp_stack$', err, re.M), err
+    assert re.search(r"^\[rank 1\] \.\.\. \(\d+ lines of the launcher's stack omitted\)$", err, re.M), err
+    assert "_rank_main" not in err and "_pytest" not in err, err
+
+
+def _mismatched_dtypes(rank, world_size):
+    dist.all_reduce(torch.ones(4, dtype=torch.float64 if rank else torch.float32))
+
+
+def test_a_real_collective_mismatch_that_aborts_a_rank_says_so(capfd, no_orphans):
+    with pytest.raises(RuntimeError, match=r"^rank \d: died of SIGABRT without reporting a result: gloo: .*"
+                                           r"collective mismatch") as info:
+        launch(_mismatched_dtypes, 2, backend="gloo", timeout=10)
+    assert len(str(info.value)) < 400 and "/gloo/" not in str(info.value)
+    assert "] terminate called after throwing" in capfd.readouterr().err
+
+
+def _segfault(rank, world_size):
+    ctypes.string_at(0)
+
+
+def test_a_crashed_rank_names_its_signal_and_the_fault(capfd, fault_dumps_on, no_orphans):
+    with pytest.raises(RuntimeError) as info:
+        launch(_segfault, 1, backend="gloo", timeout=10)
+    assert str(info.value) == "rank 0: died of SIGSEGV without reporting a result: Fatal Python error: Segmentation fault"
+    assert re.search(r'^\[rank 0\]   File ".*", line \d+ in _segfault$', capfd.readouterr().err, re.M)
+
+
+def _print_to_stderr(rank, world_size):
+    for line in range(3):
+        print(f"line {line} of rank {rank}", file=sys.stderr)
+    os.write(2, f"fd 2 of rank {rank}\n".encode())
+    return rank
+
+
+def test_what_a_rank_prints_to_stderr_reaches_the_caller_prefixed_and_in_order(capfd, no_orphans):
+    assert launch(_print_to_stderr, 2, backend="gloo") == [0, 1]
+    err = capfd.readouterr().err
+    for rank in range(2):
+        expected = "".join(f"[rank {rank}] line {line} of rank {rank}\n" for line in range(3))
+        assert expected + f"[rank {rank}] fd 2 of rank {rank}\n" in err, err
+
+
+CHATTY_LINES = 100_000
+
+
+def _print_megabytes_then_abort(rank, world_size):
+    os.write(2, "".join(f"chatty line {n:06d} {'x' * 60}\n" for n in range(CHATTY_LINES)).encode())
+    os.write(2, ("last words " + "y" * 5000 + "\n").encode())
+    os.abort()
+
+
+def test_a_rank_printing_megabytes_is_echoed_and_quoted_bounded(capfd, no_orphans):
+    with pytest.raises(RuntimeError, match=r"^rank 0: died of SIGABRT without reporting a result: .*last words y") as info:
+        launch(_print_megabytes_then_abort, 1, backend="gloo", timeout=10)
+    assert len(str(info.value)) < 400
+    err = capfd.readouterr().err
+    assert len(err) < 300_000, f"{len(err)} characters echoed for 8 MB printed"
+    assert "[rank 0] chatty line 000000 " in err and "bytes of stderr omitted" in err
+    assert f"[rank 0] chatty line {CHATTY_LINES - 1:06d} " in err and "[rank 0] last words yyy" in err
 
 
 def _hang_on_rank_1(rank, world_size, pid_dir):
