@@ -36,7 +36,19 @@ How ``launch`` works, and why:
   retries once with fresh processes, a fresh rendezvous and fresh ports, within the same
   ``timeout``.
 * Every collective has a short timeout (``timeout`` seconds), the whole launch too; a rank
-  that hangs becomes a ``TimeoutError`` in the caller, never a hung test.
+  that hangs becomes a ``TimeoutError`` in the caller, never a hung test. A collective that
+  the ranks do not all call the same way rarely waits that long: gloo ends it with
+  "Connection closed by peer" in the other ranks, or aborts the rank that received data it
+  did not expect ("terminate called after throwing an instance of 'gloo::EnforceNotMet'").
+* Each rank's stderr (Python's and the C++ runtime's alike) goes to a file while the rank
+  runs; when the launch ends, ``launch`` copies it to the caller's ``sys.stderr``, every line
+  prefixed ``[rank r]``, each C++ stack trace collapsed into one line, a Python fault dump
+  (pytest turns the fault handler on) cut to the rank's own frames, at most 64 KB from each
+  end. A rank that dies without reporting (an abort, a crash) becomes a
+  ``RuntimeError`` naming the signal and quoting the cause it printed:
+  ``rank 1: died of SIGABRT without reporting a result: gloo: ... collective mismatch ...``.
+  stdout is left as it is: the runtime writes its aborts and stacks to stderr, and what the
+  ranks print to stdout appears as they print it, whole lines (useful while a rank hangs).
 * ``destroy_process_group`` always runs in every rank; when ``launch`` returns or raises, no
   rank process is left running (and a rank dies with its parent if the parent is killed).
 * A rank's exception is re-raised in the caller with the same type where possible and the
@@ -51,9 +63,13 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import faulthandler
+import io
+import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import shutil
 import signal
 import sys
@@ -71,6 +87,8 @@ DEFAULT_TIMEOUT = 30.0
 
 _ECHO_GRACE = 0.2  # seconds to wait for the original failure after seeing a rank's echo of it
 _REPORT_GRACE = 0.5  # extra seconds for a rank whose collective timed out to say so
+_STDERR_READ_BYTES = 64 * 1024  # a rank's captured stderr is read this much from each end, no more
+_CAUSE_CHARS = 300  # most of a dead rank's stderr quoted in the launcher's error
 
 
 # --------------------------------------------------------------------------------------
@@ -201,6 +219,7 @@ class _RendezvousFailed(Exception):
 
 def _launch_once(fn, world_size: int, args: tuple, backend: str, timeout: float, deadline: float) -> list[Any]:
     """One attempt of :func:`launch`: start the ranks, collect them, leave none running."""
+    __tracebackhide__ = True
     workdir = tempfile.mkdtemp(prefix="minitorch-launch-")
     # Forking after CUDA is initialised leaves the children with a broken CUDA context.
     context: Any = multiprocessing.get_context("spawn" if torch.cuda.is_initialized() else "fork")
@@ -218,6 +237,7 @@ def _launch_once(fn, world_size: int, args: tuple, backend: str, timeout: float,
         return _collect(ranks, workdir, timeout, deadline)
     finally:
         _stop(ranks, workdir)
+        _echo_stderr(workdir, world_size)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -229,6 +249,7 @@ def _default_backend(world_size: int) -> str:
 
 def _rank_main(fn, rank, world_size, args, backend, timeout, workdir, parent_pid):
     """Body of one rank process: join the group, run ``fn``, report, always leave the group."""
+    _capture_stderr(workdir, rank)
     _die_with_parent(parent_pid)
     # One intra-op thread per rank: the ranks are the parallelism, and an OpenMP pool that the
     # parent already started cannot be used safely in a forked child (it deadlocks).
@@ -367,11 +388,25 @@ def _gather_outcomes(ranks, workdir: str, outcomes: dict[int, dict]) -> None:
         if outcome is None and process.exitcode is not None:
             outcome = _read_outcome(workdir, rank)  # it may have reported just before exiting
             if outcome is None:
-                outcome = _describe(RuntimeError(
-                    f"process exited with code {process.exitcode} without reporting a result"))
+                outcome = _describe(RuntimeError(_died_without_reporting(workdir, rank, process.exitcode)))
                 outcome["is_echo"] = False
         if outcome is not None:
             outcomes[rank] = outcome
+
+
+def _died_without_reporting(workdir: str, rank: int, exitcode: int) -> str:
+    """``died of SIGABRT without reporting a result: <cause>``: the signal, if one killed the
+    rank, and what the rank printed about why."""
+    if exitcode < 0:
+        try:
+            signal_name = signal.Signals(-exitcode).name
+        except ValueError:
+            signal_name = f"signal {-exitcode}"
+        death = f"died of {signal_name} without reporting a result"
+    else:
+        death = f"process exited with code {exitcode} without reporting a result"
+    cause = _death_cause(_read_capture(_stderr_path(workdir, rank)))
+    return f"{death}: {cause}" if cause else death
 
 
 def _rebuild(rank: int, outcome: dict) -> Exception:
@@ -402,6 +437,104 @@ def _find_exception_type(module: str, qualname: str) -> type:
     if isinstance(found, type) and issubclass(found, Exception):
         return found
     return RuntimeError
+
+
+# --------------------------------------------------------------------------------------
+# Each rank's stderr: a file while it runs (fd 2, so the C++ runtime's output too), then
+# the caller's stderr, prefixed with the rank and without C++ stack traces.
+# --------------------------------------------------------------------------------------
+_CPP_STACK_LINE = re.compile(
+    r"^\s*(frame #\d+: |<omitting python frames>$|Exception raised from .* \(most recent call first\):$)")
+_FAULT_FRAME = re.compile(r'^\s+File ".*", line \d+ in (?P<name>\S+)$')  # faulthandler's dump of a thread
+# Where in gloo's sources (on PyTorch's build machine) an error was raised: noise to a student.
+_GLOO_LOCATION = re.compile(r"\[(?:enforce fail at )?\S*/gloo/\S*\]\s*")
+
+
+def _stderr_path(workdir: str, rank: int) -> str:
+    return os.path.join(workdir, f"stderr-{rank}.txt")
+
+
+def _capture_stderr(workdir: str, rank: int) -> None:
+    """Point this rank's fd 2 at its file: a C++ abort's 60-line stack must not land in the
+    middle of the caller's terminal (a test runner's progress line); ``launch`` echoes it."""
+    fd = os.open(_stderr_path(workdir, rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    # The inherited sys.stderr may write elsewhere than fd 2 (pytest's capture, a notebook).
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True,
+                                  errors="backslashreplace")
+    if faulthandler.is_enabled():  # pytest enables it on a copy of the terminal's fd 2
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+
+
+def _read_capture(path: str) -> str:
+    """A rank's captured stderr, at most ``_STDERR_READ_BYTES`` from each end (a rank may
+    print gigabytes), with a line saying how much was left out between them."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size <= 2 * _STDERR_READ_BYTES:
+                return handle.read(size).decode("utf-8", errors="replace")
+            head = handle.read(_STDERR_READ_BYTES)
+            head = head[:head.rfind(b"\n") + 1]  # whole lines only
+            handle.seek(size - _STDERR_READ_BYTES)
+            tail = handle.read(_STDERR_READ_BYTES)
+            tail = tail[tail.find(b"\n") + 1:]
+    except OSError:  # the rank never got as far as creating it
+        return ""
+    omitted = f"... ({size - len(head) - len(tail)} bytes of stderr omitted)\n".encode()
+    return (head + omitted + tail).decode("utf-8", errors="replace")
+
+
+def _collapse_stacks(lines: list[str]) -> list[str]:
+    """Each run of C++ stack trace lines becomes one line saying how many were left out; a
+    Python fault dump (an abort under pytest) keeps the frames above the launcher's."""
+    collapsed: list[str] = []
+    for kind, run in itertools.groupby(lines, key=_stack_kind):
+        run_lines = list(run)
+        if kind == "C++":
+            run_lines = [f"... ({len(run_lines)} lines of C++ stack omitted)"]
+        elif kind == "Python":
+            names = [_FAULT_FRAME.match(line)["name"] for line in run_lines]  # type: ignore[index]
+            if "_rank_main" in names:  # what called the rank's fn: the launcher, the caller's process
+                below = names.index("_rank_main")
+                run_lines = [*run_lines[:below], f"... ({len(run_lines) - below} lines of the launcher's stack omitted)"]
+        collapsed += run_lines
+    return collapsed
+
+
+def _stack_kind(line: str) -> str:
+    if _CPP_STACK_LINE.match(line):
+        return "C++"
+    return "Python" if _FAULT_FRAME.match(line) else "text"
+
+
+def _death_cause(captured: str) -> str:
+    """Why a rank died, in at most ``_CAUSE_CHARS``: the C++ exception's ``what():`` text,
+    else its last lines of stderr before any fault dump; "" when it printed nothing."""
+    lines = [line.strip() for line in _collapse_stacks(captured.splitlines())]
+    lines = [line for line in lines if line and not line.startswith("... (")]
+    fault_dumps = [number for number, line in enumerate(lines) if line.startswith("Fatal Python error: ")]
+    if fault_dumps:  # the dump says where the rank was; the lines above it say why, else its title
+        lines = lines[:fault_dumps[-1]] or [lines[fault_dumps[-1]]]
+    explanations = [line.split("what():", 1)[1].strip() for line in lines if "what():" in line]
+    cause = _GLOO_LOCATION.sub("gloo: ", explanations[-1] if explanations else " | ".join(lines[-3:]))
+    if "gloo" in cause and "collective" not in cause:
+        cause += " (a collective that the other ranks did not call the same way?)"
+    return cause if len(cause) <= _CAUSE_CHARS else cause[:_CAUSE_CHARS - 3] + "..."
+
+
+def _echo_stderr(workdir: str, world_size: int) -> None:
+    """Copy each rank's captured stderr to the caller's, ``[rank r] `` before every line."""
+    for rank in range(world_size):
+        lines = _collapse_stacks(_read_capture(_stderr_path(workdir, rank)).splitlines())
+        if not lines or sys.stderr is None:
+            continue
+        try:
+            sys.stderr.write("".join(f"[rank {rank}] {line}\n" for line in lines))
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - a broken stream must not hide the launch's own outcome
+            return
 
 
 def _stop(ranks, workdir: str) -> None:
