@@ -9,7 +9,9 @@ the grader builds itself; stored activations are counted by the grader (weak ref
 every tensor its own layers create, plus the young tensors the garbage collector sees) and
 recomputations by forward hooks on its own layers, so nothing the submission reports about
 itself is trusted. 4.4 runs the student's ``train_step`` on the grader's stages, which
-record what ran where and how many activations each device held.
+record what ran where and how many activations each device held; when the student's own
+schedule is not valid (4.1/4.2 charge that), the step runs with the grader's schedule builders
+bound in place of the student's, so that it is judged on its own code only.
 
 Every case a check draws is named in its failure message; ``--seed`` repeats the draw.
 """
@@ -958,6 +960,7 @@ TRAIN_CASES = [  # [K devices, v chunks, M microbatches]: v = 1 with M < K, M = 
     [2, 1, 4], [3, 1, 5], [4, 1, 2], [2, 2, 4], [3, 2, 3], [2, 3, 2],
 ]
 TRAIN_TIMEOUT = 10.0  # the StageWorkers' limit: a stuck step fails well inside the criterion's timeout
+REASON_CHARS = 400  # why a schedule is invalid, or what a step raised, as quoted in a message
 
 
 class RecordingStage(nn.Module):
@@ -1015,31 +1018,134 @@ def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return ((output - target) ** 2).mean()
 
 
-@_single_threaded
-def observe_train_step(seed: int, params: dict) -> dict:
-    """Run the student's ``train_step`` on the grader's recording stages; also return the
-    student's own schedule for each case (what the step must follow)."""
+def _schedule_call(case: list) -> tuple[str, tuple]:
+    """The schedule function a training case's step must follow, and its arguments."""
+    num_devices, num_chunks, num_microbatches = case
+    if num_chunks == 1:
+        return "one_f_one_b", (num_devices, num_microbatches)
+    return "interleaved_one_f_one_b", (num_devices, num_microbatches, num_chunks)
+
+
+def _call_text(case: list) -> str:
+    function, arguments = _schedule_call(case)
+    return f"{function}({', '.join(map(str, arguments))})"
+
+
+def _invalid(schedule: list, case: list) -> str:
+    """Why ``schedule`` (plain lists) is not a valid schedule for training case ``case``, or
+    ``""``: the validity test of the 4.1 and 4.2 judges (the grader's simulator accepts it)."""
+    num_devices, num_chunks, num_microbatches = case
+    try:
+        _simulate(schedule, _call_text(case), num_microbatches, num_chunks, num_devices)
+    except Fail as failure:
+        return str(failure)[:REASON_CHARS]
+    return ""
+
+
+def _as_actions(rows: list) -> list:
+    from minitorch import schedules
+
+    return [[schedules.Action(*action) for action in row] for row in rows]
+
+
+def _grader_one_f_one_b(num_stages: int, num_microbatches: int) -> list:
+    """The grader's 1F1B order as ``Action`` rows (bound in the student's module for 4.4)."""
+    return _as_actions(reference_one_f_one_b(num_stages, num_microbatches))
+
+
+def _grader_interleaved(num_stages: int, num_microbatches: int, num_chunks: int) -> list:
+    """Megatron-LM's interleaved order as ``Action`` rows (bound in the student's module for 4.4)."""
+    return _as_actions(reference_interleaved(num_stages, num_microbatches, num_chunks))
+
+
+@contextlib.contextmanager
+def _grader_schedules(student):
+    """The grader's schedule builders bound in the student's module in place of
+    ``one_f_one_b`` and ``interleaved_one_f_one_b`` for the block (as ``tp_pieces.substitute``
+    does for Problem 3), then the student's put back, whatever the block raised."""
+    grader = {"one_f_one_b": _grader_one_f_one_b, "interleaved_one_f_one_b": _grader_interleaved}
+    saved = {name: vars(student)[name] for name in grader if name in vars(student)}
+    for name, function in grader.items():
+        setattr(student, name, function)
+    try:
+        yield
+    finally:
+        for name in grader:
+            if name in saved:
+                setattr(student, name, saved[name])
+            elif name in vars(student):
+                delattr(student, name)
+
+
+def _student_schedule(student, case: list) -> tuple[list | None, str]:
+    """The student's schedule for ``case`` as plain lists (None if it could not be read) and
+    why it is not valid (``""`` when it is)."""
+    function, arguments = _schedule_call(case)
+    try:
+        schedule = _plain_schedule(getattr(student, function)(*arguments), _call_text(case))
+    except Fail as failure:
+        return None, str(failure)[:REASON_CHARS]
+    except Exception as error:  # noqa: BLE001 - a schedule function that raises has no valid schedule
+        return None, f"{_call_text(case)} raised {_exception_text(error)}"
+    return schedule, _invalid(schedule, case)
+
+
+def _exception_text(error: BaseException) -> str:
+    """``TypeError: message``, bounded, even when the exception's ``str`` raises."""
+    try:
+        message = str(error)
+    except Exception:  # noqa: BLE001 - a student's exception whose __str__ raises
+        message = "(its message could not be read)"
+    return f"{type(error).__name__}: {message}"[:REASON_CHARS]
+
+
+def _run_step(student, seed: int, case: list) -> tuple[object, list, _StepLog]:
+    """The student's ``train_step`` on the grader's recording stages of ``case``: its report
+    and the stages (their gradients), with what ran where noted on the returned log."""
     from minitorch.runtime import StageWorkers
 
+    num_devices, num_chunks, num_microbatches = case
+    stages, inputs, targets = build_training(seed, case)
+    log = _StepLog(num_devices, num_chunks)
+    for stage in stages:
+        stage.log = log
+    try:
+        with StageWorkers(["cpu"] * num_devices, timeout=TRAIN_TIMEOUT) as workers:
+            report = student.train_step(workers, stages, inputs, targets, _mse, num_microbatches)
+    finally:
+        for stage in stages:
+            stage.log = None
+    return report, stages, log
+
+
+@_single_threaded
+def observe_train_step(seed: int, params: dict) -> dict:
+    """Run the student's ``train_step`` on the grader's recording stages, and return the
+    student's own schedule for each case. When that schedule is not valid (4.1/4.2 charge it),
+    the step runs with the grader's schedule builders bound in its place, so that it is still
+    judged on what it does; an exception of that run is noted (the parent then says why the
+    grader's schedule was used); a ``NotImplementedError`` is the stub's and says so."""
     student = _student()
     results = []
     for case in TRAIN_CASES:
-        num_devices, num_chunks, num_microbatches = case
-        function = "one_f_one_b" if num_chunks == 1 else "interleaved_one_f_one_b"
-        arguments = (num_devices, num_microbatches) if num_chunks == 1 else (num_devices, num_microbatches, num_chunks)
-        call = f"{function}({', '.join(map(str, arguments))})"
-        schedule = _plain_schedule(getattr(student, function)(*arguments), call)
-        stages, inputs, targets = build_training(seed, case)
-        log = _StepLog(num_devices, num_chunks)
-        for stage in stages:
-            stage.log = log
-        with StageWorkers(["cpu"] * num_devices, timeout=TRAIN_TIMEOUT) as workers:
-            report = student.train_step(workers, stages, inputs, targets, _mse, num_microbatches)
-        for stage in stages:
-            stage.log = None
+        schedule, invalid = _student_schedule(student, case)
+        entry = {"case": case, "schedule": schedule, "invalid": invalid, "ran_with": "grader's" if invalid else "yours",
+                 "error": None}
+        if not invalid:
+            report, stages, log = _run_step(student, seed, case)
+        else:
+            with _grader_schedules(student):
+                try:
+                    report, stages, log = _run_step(student, seed, case)
+                except NotImplementedError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - the parent reports it with its cause
+                    results.append({**entry, "error": _exception_text(error), "events": [], "peaks": [],
+                                    "loss": None, "grads": []})
+                    continue
         loss = getattr(report, "loss", None)
         results.append({
-            "case": case, "schedule": schedule, "events": log.events, "peaks": log.peaks,
+            **entry, "events": log.events, "peaks": log.peaks,
             "loss": float(loss) if isinstance(loss, (int, float)) else None,
             "grads": [_clone(p.grad) for stage in stages for p in stage.parameters()],
         })
@@ -1057,17 +1163,46 @@ def _sequential(seed: int, case: list) -> tuple[float, list]:
     return loss.item(), [p.grad for stage in stages for p in stage.parameters()]
 
 
+def _schedule_to_follow(case: list, entry: dict, what: str) -> tuple[list, str, str]:
+    """The schedule the step of ``case`` had to follow (plain lists), whose it is, and ``what``
+    the messages name: the student's schedule when it is valid; otherwise the grader's, which
+    the child bound in place of the student's functions for that run (4.4 judges the step,
+    4.1 and 4.2 the schedule)."""
+    function = _schedule_call(case)[0]
+    schedule = entry["schedule"]
+    if schedule is None:  # the function raised or returned no list of rows (the child says which)
+        reason = str(entry["invalid"])[:REASON_CHARS] or f"{_call_text(case)} returned no schedule"
+    else:
+        reason = _invalid(schedule, case)
+    ran_with = "grader's" if reason else "yours"
+    if entry["ran_with"] != ran_with:
+        raise Fail(f"{what}: the step came back as run with {str(entry['ran_with'])[:40]!r} schedule where the "
+                   f"grader asked for {ran_with!r}: what came back from your code's process cannot be judged")
+    if not reason:
+        return schedule, "your schedule", what
+    num_devices, num_chunks, num_microbatches = case
+    grader = [[list(action) for action in row] for row in reference_interleaved(num_devices, num_microbatches, num_chunks)]
+    problem = "4.1" if num_chunks == 1 else "4.2"
+    return grader, "the grader's schedule", (
+        f"{what}, judged with the grader's {function} bound in place of yours because yours is not valid "
+        f"(Problem {problem} charges that: {reason})"
+    )
+
+
 @_single_threaded
 def judge_train_step(seed: int, params: dict, observation: dict) -> None:
-    """Each device ran its row of the student's schedule, in order; the measured peak of held
+    """Each device ran its row of the schedule it had to follow, in order: the student's when
+    it is valid, the grader's (bound in its place) when not; the measured peak of held
     activations is what the simulator predicts for that schedule; loss and gradients are the
     sequential run's."""
     entries = expect_cases(observation["cases"], TRAIN_CASES, "train_step")
     for case, entry in zip(TRAIN_CASES, entries):
         num_devices, num_chunks, num_microbatches = case
         what = f"train_step on {num_devices} devices x {num_chunks} chunks, M = {num_microbatches}"
-        schedule = entry["schedule"]
-        timeline = _simulate(schedule, f"{what}: your schedule", num_microbatches, num_chunks, num_devices)
+        schedule, whose, what = _schedule_to_follow(case, entry, what)
+        if entry["error"] is not None:
+            raise Fail(f"{what}: train_step raised {str(entry['error'])[:REASON_CHARS]}")
+        timeline = _simulate(schedule, f"{what}: {whose}", num_microbatches, num_chunks, num_devices)
         if len(entry["events"]) != num_devices or len(entry["peaks"]) != num_devices:
             raise Fail(f"{what}: the grader's record has {len(entry['events'])} devices, expected {num_devices}")
         for device, (row, ran) in enumerate(zip(schedule, entry["events"])):
@@ -1076,14 +1211,14 @@ def judge_train_step(seed: int, params: dict, observation: dict) -> None:
             if planned != done:
                 step = next((i for i, (a, b) in enumerate(zip(planned, done)) if a != b), min(len(planned), len(done)))
                 raise Fail(
-                    f"{what}: device {device} ran (kind, stage) {' '.join(done[:step + 3])} ...; your schedule says "
-                    f"{' '.join(planned[:step + 3])} ... (they part at step {step}); the step must follow your schedule, "
-                    "with stage s on device s % K"
+                    f"{what}: device {device} ran (kind, stage) {' '.join(done[:step + 3])} ...; {whose} says "
+                    f"{' '.join(planned[:step + 3])} ... (they part at step {step}); the step must follow the schedule "
+                    f"{_schedule_call(case)[0]} returns, with stage s on device s % K"
                 )
         measured, predicted = list(entry["peaks"]), timeline.peak_in_flight
         if any(abs(a - b) > 1e-9 for a, b in zip(measured, predicted)) or len(measured) != len(predicted):
             raise Fail(f"{what}: peak activations held per device, measured {measured}; the simulator predicts "
-                       f"{predicted} for your schedule")
+                       f"{predicted} for {whose}")
         loss, grads = _sequential(seed, case)
         if not isinstance(entry["loss"], float) or not math.isclose(entry["loss"], loss, rel_tol=1e-9, abs_tol=1e-12):
             raise Fail(f"{what}: the step reports loss {entry['loss']}; the mean loss of the batch is {loss:.12g}")

@@ -11,8 +11,9 @@ import pytest
 import torch
 from grading_helpers import observe_and_judge
 
-from grader.checks import Fail
+from grader.checks import Fail, observed
 from grader.checks import problem4 as checks
+from grader.child import plain_copy
 from grader.layout import DEFAULT_RUBRIC
 from grader.tomlcompat import tomllib
 from minitorch.schedules import Action
@@ -506,3 +507,115 @@ def test_train_step_that_forgets_a_microbatch_fails_gradients(student):
 
     student("train_step", last_rows_dropped)
     fails("train_step", r"loss|gradient of stage")
+
+
+# 4.4 judges train_step alone: with an invalid schedule of the student's (4.1/4.2 charge it), the
+# step runs with the grader's schedule builders bound in the student's module instead.
+
+
+def b_before_f_on_last_device(schedule_function):
+    """``schedule_function`` with the last device's first B moved to the front of its row: a B
+    before its F (the executor and the simulator both refuse it)."""
+    def invalid(*arguments):
+        schedule = schedule_function(*arguments)
+        row = schedule[-1]
+        first_b = next(i for i, action in enumerate(row) if action.kind == "B")
+        schedule[-1] = [row[first_b], *row[:first_b], *row[first_b + 1:]]
+        return schedule
+
+    return invalid
+
+
+def summed_loss_step(workers, stages, inputs, targets, loss_fn, num_microbatches):
+    """A wrong train_step: the sum of the microbatches' losses, not their mean (gradients M times
+    too large); it looks its schedule functions up in the module, as the contract has it."""
+    from minitorch import pipeline
+
+    num_devices, num_chunks = workers.num_stages, len(stages) // workers.num_stages
+    if num_chunks == 1:
+        schedule = pipeline.one_f_one_b(num_devices, num_microbatches)
+    else:
+        schedule = pipeline.interleaved_one_f_one_b(num_devices, num_microbatches, num_chunks)
+    return pipeline.run_schedule(workers, stages, schedule, inputs, targets,
+                                 lambda output, target: loss_fn(output, target) * num_microbatches)
+
+
+def test_invalid_one_f_one_b_costs_4_1_not_the_train_step(student):
+    from minitorch import pipeline
+
+    invalid = b_before_f_on_last_device(answer("one_f_one_b"))
+    student("one_f_one_b", invalid)
+    fails("one_f_one_b", r"is not a valid schedule")
+    run_check("train_step")
+    assert pipeline.one_f_one_b is invalid  # the grader's builder was bound for the step only
+
+
+@pytest.mark.parametrize("function", ["one_f_one_b", "interleaved_one_f_one_b"])
+def test_schedule_function_that_raises_costs_not_the_train_step(student, function):
+    def unfinished(*arguments):
+        raise NotImplementedError("Problem 4.x: not yet")
+
+    student(function, unfinished)
+    run_check("train_step")
+
+
+def test_invalid_interleaved_costs_4_2_not_the_train_step(student):
+    student("interleaved_one_f_one_b", b_before_f_on_last_device(answer("interleaved_one_f_one_b")))
+    fails("interleaved", r"is not a valid schedule")
+    run_check("train_step")
+
+
+def test_wrong_train_step_fails_with_the_students_valid_schedule(student):
+    student("train_step", summed_loss_step)
+    with pytest.raises(Fail, match=r"loss|gradient of stage") as failure:
+        run_check("train_step")
+    assert "grader's" not in str(failure.value)
+
+
+def test_wrong_train_step_fails_with_the_graders_schedule_when_the_students_is_invalid(student):
+    student("one_f_one_b", b_before_f_on_last_device(answer("one_f_one_b")))
+    student("train_step", summed_loss_step)
+    fails("train_step", r"judged with the grader's one_f_one_b bound in place of yours because yours is not valid "
+                        r"\(Problem 4\.1 charges that: one_f_one_b\(\d+, \d+\) is not a valid schedule.*(loss|gradient of stage)")
+
+
+def test_train_step_that_raises_with_the_graders_schedule_says_why_it_was_used(student):
+    def broken(workers, stages, inputs, targets, loss_fn, num_microbatches):
+        raise RuntimeError("stage mix-up")
+
+    student("interleaved_one_f_one_b", lambda k, m, v: [])
+    student("train_step", broken)
+    with pytest.raises(RuntimeError, match="stage mix-up"):  # v = 1 first: the student's 1F1B is valid
+        run_check("train_step")
+    student("one_f_one_b", lambda k, m: None)
+    fails("train_step", r"grader's one_f_one_b bound in place of yours .*must return a list.*train_step raised "
+                        r"RuntimeError: stage mix-up")
+
+
+def test_train_step_with_its_own_order_follows_the_graders_schedule_when_the_students_is_invalid(student):
+    """A step that builds its own order ignores the bound builders: it is compared with the
+    grader's schedule, the one the step had to follow in that run."""
+    from minitorch import schedules
+
+    run_schedule, one_f_one_b, interleaved = answer("run_schedule"), answer("one_f_one_b"), answer("interleaved_one_f_one_b")
+
+    def own_order(order):
+        def step(workers, stages, inputs, targets, loss_fn, num_microbatches):
+            k, v = workers.num_stages, len(stages) // workers.num_stages
+            schedule = order(k, num_microbatches) if v == 1 else interleaved(k, num_microbatches, v)
+            return run_schedule(workers, stages, schedule, inputs, targets, loss_fn)
+
+        return step
+
+    student("one_f_one_b", b_before_f_on_last_device(one_f_one_b))
+    student("train_step", own_order(one_f_one_b))  # the lecture's 1F1B, the grader's too
+    run_check("train_step")
+    student("train_step", own_order(schedules.gpipe))
+    fails("train_step", r"device 0 ran \(kind, stage\) F0 F0 .*the grader's schedule says F0 F0 B0")
+
+
+def test_forged_run_of_the_graders_schedule_is_refused(student):
+    observation = plain_copy(checks.observe_train_step(SEED, {}))
+    observation["cases"][0]["ran_with"] = "grader's"
+    with pytest.raises(Fail, match=r"asked for 'yours'"):
+        checks.judge_train_step(SEED, {}, observed(observation))
