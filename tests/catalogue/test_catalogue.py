@@ -315,6 +315,7 @@ def test_public_tests_fail_where_the_grader_does(name: str, tmp_path: Path):
 BLAME_ENTRIES = [
     "clock-cycles-unsorted-wave",        # the right pairs in each wave, only the stage order wrong
     "plan-activations-every-microbatch",  # estimate wrong (memory), best_plan right
+    "one-f-one-b-backward-before-forward",  # an invalid 1F1B, train_step right
 ]
 
 
