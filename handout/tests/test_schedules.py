@@ -419,11 +419,40 @@ def peaks(log, num_chunks):
     return result
 
 
+def gpipe_over_chunks(num_stages, num_microbatches, num_chunks=1):
+    """A valid order that is neither 1F1B nor interleaved: each device's forwards chunk by chunk,
+    then its backwards, last chunk first (GPipe over the K * v stages)."""
+    chunks = range(num_chunks)
+    return [[schedules.Action(c * num_stages + d, "F", m) for c in chunks for m in range(num_microbatches)]
+            + [schedules.Action(c * num_stages + d, "B", m) for c in reversed(chunks) for m in range(num_microbatches)]
+            for d in range(num_stages)]
+
+
+def schedule_to_follow(monkeypatch, num_devices, num_chunks, num_microbatches):
+    """Your schedule for the step, and whose it is; when yours is not valid (the 4.1 and 4.2 tests
+    say why), a GPipe order is put in place of your schedule functions instead, so that this test
+    judges train_step alone, as the grader does (it puts its own 1F1B or interleaved order there)."""
+    from minitorch import pipeline
+
+    try:
+        schedule = (one_f_one_b(num_devices, num_microbatches) if num_chunks == 1
+                    else interleaved_one_f_one_b(num_devices, num_microbatches, num_chunks))
+        schedules.simulate(schedule, 1.0, 2.0, num_microbatches=num_microbatches, num_chunks=num_chunks)
+        if len(schedule) == num_devices:
+            return schedule, "your schedule"
+    except Exception:  # noqa: BLE001 - a schedule function that raises has no valid schedule either
+        pass
+    monkeypatch.setattr(pipeline, "one_f_one_b", gpipe_over_chunks)
+    monkeypatch.setattr(pipeline, "interleaved_one_f_one_b", gpipe_over_chunks)
+    return gpipe_over_chunks(num_devices, num_microbatches, num_chunks), "the GPipe order bound in place of yours"
+
+
 @pytest.mark.problem_4_4
 @pytest.mark.criterion("4.4-train-step")
 @pytest.mark.parametrize("num_devices, num_chunks, num_microbatches", [(2, 1, 4), (3, 1, 5), (2, 2, 4), (2, 3, 2)])
-def test_train_step_follows_your_schedule_and_matches_the_sequential_run(num_devices, num_chunks, num_microbatches):
+def test_train_step_follows_your_schedule_and_matches_the_sequential_run(num_devices, num_chunks, num_microbatches, monkeypatch):
     case = f"train_step on {num_devices} devices x {num_chunks} chunks, M = {num_microbatches}"
+    schedule, whose = schedule_to_follow(monkeypatch, num_devices, num_chunks, num_microbatches)
     torch.manual_seed(0)
     log = [[] for _ in range(num_devices)]
     stages = [Recorder(s, num_devices, log) for s in range(num_devices * num_chunks)]
@@ -433,10 +462,8 @@ def test_train_step_follows_your_schedule_and_matches_the_sequential_run(num_dev
     x, y = torch.randn(2 * num_microbatches + 1, 6, dtype=torch.float64), torch.randn(2 * num_microbatches + 1, 6, dtype=torch.float64)
     with StageWorkers(["cpu"] * num_devices, timeout=20) as workers:
         report = train_step(workers, stages, x, y, F.mse_loss, num_microbatches)
-    schedule = (one_f_one_b(num_devices, num_microbatches) if num_chunks == 1
-                else interleaved_one_f_one_b(num_devices, num_microbatches, num_chunks))
     planned = [[f"{a.kind}{a.stage}" for a in row] for row in schedule]
-    assert log == planned, f"{case}: the devices ran (kind, stage) {log}; your schedule says {planned}"
+    assert log == planned, f"{case}: the devices ran (kind, stage) {log}; {whose} says {planned}"
     predicted = simulated(schedule, case).peak_in_flight
     assert peaks(log, num_chunks) == pytest.approx(predicted), (
         f"{case}: measured peak activations per device {peaks(log, num_chunks)}; the simulator predicts {predicted}")
