@@ -152,8 +152,10 @@ def observe_one_f_one_b_peak(seed: int, params: dict) -> dict:
 
 
 def observe_interleaved(seed: int, params: dict) -> dict:
-    """Call the student's ``interleaved_one_f_one_b`` on valid (K, M, v)."""
-    return _observe_schedules("interleaved_one_f_one_b", _interleaved_cases(seed))
+    """Call the student's ``interleaved_one_f_one_b`` on valid (K, M, v), with the grader's
+    ``one_f_one_b`` bound in its module (v = 1 may delegate to it: 4.1's code is 4.1's criteria')."""
+    with _grader_schedules(_student(), names=("one_f_one_b",)):
+        return _observe_schedules("interleaved_one_f_one_b", _interleaved_cases(seed))
 
 
 def reference_one_f_one_b(num_stages: int, num_microbatches: int) -> list:
@@ -341,8 +343,10 @@ def observe_one_f_one_b_arguments(seed: int, params: dict) -> dict:
 
 def observe_interleaved_arguments(seed: int, params: dict) -> dict:
     """What the student's ``interleaved_one_f_one_b`` does with bad arguments (M not a multiple
-    of K for every v, sizes < 1, not ints), and with valid ones."""
-    return _observe_arguments("interleaved_one_f_one_b", BAD_INTERLEAVED, VALID_INTERLEAVED)
+    of K for every v, sizes < 1, not ints), and with valid ones; the grader's ``one_f_one_b``
+    bound in its module, as for 4.2-interleaved."""
+    with _grader_schedules(_student(), names=("one_f_one_b",)):
+        return _observe_arguments("interleaved_one_f_one_b", BAD_INTERLEAVED, VALID_INTERLEAVED)
 
 
 def _judge_arguments(function: str, bad: list, valid: list, observation: dict) -> None:
@@ -1049,7 +1053,12 @@ def _as_actions(rows: list) -> list:
 
 
 def _grader_one_f_one_b(num_stages: int, num_microbatches: int) -> list:
-    """The grader's 1F1B order as ``Action`` rows (bound in the student's module for 4.4)."""
+    """The grader's 1F1B order as ``Action`` rows, bound in the student's module for 4.4 and,
+    where the student's interleaved builder delegates v = 1 to it, for 4.2; its contract's
+    ValueError included (4.2-arguments may reach it through that delegation)."""
+    for name, value in (("num_stages", num_stages), ("num_microbatches", num_microbatches)):
+        if type(value) is not int or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     return _as_actions(reference_one_f_one_b(num_stages, num_microbatches))
 
 
@@ -1059,11 +1068,12 @@ def _grader_interleaved(num_stages: int, num_microbatches: int, num_chunks: int)
 
 
 @contextlib.contextmanager
-def _grader_schedules(student):
-    """The grader's schedule builders bound in the student's module in place of
-    ``one_f_one_b`` and ``interleaved_one_f_one_b`` for the block (as ``tp_pieces.substitute``
-    does for Problem 3), then the student's put back, whatever the block raised."""
-    grader = {"one_f_one_b": _grader_one_f_one_b, "interleaved_one_f_one_b": _grader_interleaved}
+def _grader_schedules(student, names: tuple = ("one_f_one_b", "interleaved_one_f_one_b")):
+    """The grader's schedule builders bound in the student's module in place of ``names`` for
+    the block (as ``tp_pieces.substitute`` does for Problem 3), then the student's put back,
+    whatever the block raised."""
+    builders = {"one_f_one_b": _grader_one_f_one_b, "interleaved_one_f_one_b": _grader_interleaved}
+    grader = {name: builders[name] for name in names}
     saved = {name: vars(student)[name] for name in grader if name in vars(student)}
     for name, function in grader.items():
         setattr(student, name, function)

@@ -559,6 +559,19 @@ def test_schedule_function_that_raises_costs_not_the_train_step(student, functio
     run_check("train_step")
 
 
+def test_invalid_one_f_one_b_costs_not_4_2_where_v_1_delegates_to_it(student):
+    """The answer key's interleaved builder returns its one_f_one_b for v = 1: 4.2 is judged with
+    the grader's one_f_one_b there, arguments included, and the student's is put back."""
+    from minitorch import pipeline
+
+    invalid = b_before_f_on_last_device(answer("one_f_one_b"))
+    student("one_f_one_b", invalid)
+    fails("one_f_one_b", r"is not a valid schedule")
+    run_check("interleaved")
+    run_check("interleaved_arguments")
+    assert pipeline.one_f_one_b is invalid
+
+
 def test_invalid_interleaved_costs_4_2_not_the_train_step(student):
     student("interleaved_one_f_one_b", b_before_f_on_last_device(answer("interleaved_one_f_one_b")))
     fails("interleaved", r"is not a valid schedule")
