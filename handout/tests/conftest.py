@@ -82,6 +82,13 @@ def stub_of(error: BaseException | None) -> str | None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
+    if call.excinfo is not None and stub_of(call.excinfo.value) and item.config.option.tbstyle != "long":
+        # A stub's traceback is never printed (the summary names the stub): formatting every
+        # frame of it took most of a first run's time. Unless --tb=long asks for it, keep the
+        # test's frame and the stub's raise.
+        frames = call.excinfo.traceback
+        if len(frames) > 2:
+            call.excinfo.traceback = type(frames)([frames[0], frames[-1]])
     report = yield
     report.problem = problem_of(item)
     if report.failed and call.excinfo is not None:
