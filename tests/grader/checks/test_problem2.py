@@ -77,16 +77,18 @@ def test_rows_out_of_order_fail_the_forward(student):
     fails("forward", "out of order")
 
 
-def test_a_serial_forward_fails_the_call_order(student):
-    def serial(original, self, x):
-        outputs = []
-        for batch in torch.split(x, self.split_size):
-            for j, stage in enumerate(self.stages):
-                self.workers.submit(j, lambda stage=stage, batch=batch: stage(batch))
-                batch = self.workers.receive(j)
-            outputs.append(batch)
-        return torch.cat(outputs)
+def serial(original, self, x):
+    """A Pipe forward that runs each microbatch through every stage before the next one starts."""
+    outputs = []
+    for batch in torch.split(x, self.split_size):
+        for j, stage in enumerate(self.stages):
+            self.workers.submit(j, lambda stage=stage, batch=batch: stage(batch))
+            batch = self.workers.receive(j)
+        outputs.append(batch)
+    return torch.cat(outputs)
 
+
+def test_a_serial_forward_fails_the_call_order(student):
     wrong_forward(student, serial)
     fails("call_order", "wave")
 
@@ -505,13 +507,7 @@ def test_a_serial_pipe_that_shortens_the_grader_stages_sleep_fails_concurrency(s
         for stage in self.stages:
             if hasattr(stage, "sleep"):
                 stage.sleep = 0.001
-        out = []
-        for batch in torch.split(x, self.split_size):
-            for j, stage in enumerate(self.stages):
-                self.workers.submit(j, lambda stage=stage, batch=batch: stage(batch))
-                batch = self.workers.receive(j)
-            out.append(batch)
-        return torch.cat(out)
+        return serial(original, self, x)
 
     wrong_forward(student, forward)
     fails("concurrency", "the grader's stages must run as given")
