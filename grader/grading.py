@@ -15,12 +15,12 @@ import secrets
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from grader import policy
-from grader.checks import Fail, observed
+from grader.checks.judging import Fail, observed
 from grader.harness import Harness, HarnessError, Outcome, foreign_signal, format_bytes
 from grader.protocol import Kind, Report, Result, Status
 from grader.rubric import HARDWARE, Criterion, Rubric
@@ -126,7 +126,7 @@ def _flood_reason(outcome: Outcome, output_limit_mb: float) -> str:
 
 def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[Status, str, dict]:
     """``(status, message, details)`` from the criterion's parent-side ``judge_*`` function."""
-    judge_function = getattr(importlib.import_module(criterion.module), "judge_" + criterion.name)
+    judge_function = getattr(importlib.import_module(criterion.judge_module), "judge_" + criterion.name)
     try:
         details = judge_function(seed, dict(criterion.params), observed(observation))
     except Fail as failure:
@@ -232,7 +232,7 @@ def _start_harness(stack: contextlib.ExitStack, report: Report, submission: Subm
     if not runnable or submission.problem is not None:
         return None
     try:
-        harness = stack.enter_context(Harness(submission, rubric.settings, sorted({c.module for c in runnable})))
+        harness = stack.enter_context(Harness(submission, rubric.settings, sorted({c.observe_module for c in runnable})))
         report.child_seconds = harness.start()
     except (HarnessError, OSError) as error:
         return f"grader error: could not start isolated children: {error}"
@@ -281,6 +281,26 @@ def _verdict(criterion: Criterion, report: Report, submission: Submission, rubri
                 "(earlier criteria ran long or timed out)"
             ), "", {}
         limit = min(limit, round(budget.left(), 1))
+    if not criterion.fallback:
+        return _run_and_judge(criterion, report, submission, rubric, harness, limit, full_limit, budget)
+    own = _run_and_judge(replace(criterion, params={**criterion.params, "pieces": "own"}), report, submission,
+                         rubric, harness, limit, full_limit, budget)
+    if own[0] not in (Status.FAILED, Status.TIMEOUT):
+        return own
+    if budget is not None:
+        limit = min(full_limit, round(budget.left(), 1))
+    theirs = _run_and_judge(replace(criterion, params={**criterion.params, "pieces": "grader"}), report, submission,
+                            rubric, harness, limit, full_limit, budget)
+    if theirs[0] == Status.PASSED:  # the mistake is in another criterion's piece: it costs that one only
+        note = (f"passed with the grader's {criterion.fallback} in place of yours; with yours it did not: "
+                f"{own[1]}")
+        return Status.PASSED, note, own[2], {**theirs[3], "own_pieces": {"status": str(own[0]), "message": own[1]}}
+    return theirs  # it fails with the grader's pieces too: the mistake is this criterion's own
+
+
+def _run_and_judge(criterion: Criterion, report: Report, submission: Submission, rubric: Rubric, harness: Harness,
+                   limit: float, full_limit: float, budget: Budget | None) -> tuple[Status, str, str, dict]:
+    """One child run of ``criterion`` and its verdict: ``(status, message, output, details)``."""
     try:
         outcome = harness.run(criterion, report.seed, limit)
     except (HarnessError, OSError) as error:

@@ -282,7 +282,7 @@ def forkserver_context(check_modules: list[str]):
     # A check module's FORKSERVER_PRELOAD: what its children would each import on first use,
     # paid once in the server instead (and never in this process unless a judge needs it).
     extra = [name for module in check_modules for name in getattr(sys.modules.get(module), "FORKSERVER_PRELOAD", ())]
-    context.set_forkserver_preload(["torch", "grader.checks", "grader.child", *check_modules, *extra])
+    context.set_forkserver_preload(["torch", "grader.child", *check_modules, *extra])
     return context
 
 
@@ -292,7 +292,8 @@ class Harness:
     Args:
         submission: the student files.
         settings: limits from the rubric's ``[grader]`` table.
-        check_modules: modules to preload in the forkserver (``grader.checks.problem2``).
+        check_modules: the checks' child sides, preloaded in the forkserver
+            (``grader.checks.problem2.clock_cycles.observe``).
         provided: the grader's own copy of the provided modules (default: ``minitorch/``
             of this repository; the student files in it are never copied).
     """
@@ -478,7 +479,7 @@ class Harness:
         self.count += 1
         workdir = self._private_folder()
         return child.Job(
-            criterion=criterion.id if criterion else "", module=criterion.module if criterion else "",
+            criterion=criterion.id if criterion else "", module=criterion.observe_module if criterion else "",
             name=criterion.name if criterion else "", seed=seed, params=params, tree=str(self.tree),
             workdir=str(workdir), output_path=str(self.results / f"{self.count}{output}.out"),
             result_path=str(self.results / f"{self.count}.result"), started_path=str(self.results / f"{self.count}.started"),

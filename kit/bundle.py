@@ -46,14 +46,16 @@ def engine_files() -> list[str]:
     """The grader's files the bundle ships, relative to the repository: the engine, the
     command modules and the rubric's checks, with every grader module they import."""
     commands = {module.replace(".", "/") + ".py" for module, _ in COMMANDS.values()}
-    checks = {c.module.replace(".", "/") + ".py" for c in load_rubric(DEFAULT_RUBRIC).criteria}
+    checks = {m.replace(".", "/") + ".py" for c in load_rubric(DEFAULT_RUBRIC).criteria for m in (c.observe_module, c.judge_module)}
     files, pending = set(), [*ENGINE, *commands, *checks]
     while pending:
         relative = pending.pop()
         if relative not in files:
             files.add(relative)
             pending.extend(_grader_imports(relative))
-    return sorted({*files, DEFAULT_RUBRIC.relative_to(REPOSITORY).as_posix()})
+    packages = {(folder / "__init__.py").as_posix() for relative in files for folder in Path(relative).parents}
+    packages = {relative for relative in packages if (REPOSITORY / relative).is_file()}
+    return sorted({*files, *packages, DEFAULT_RUBRIC.relative_to(REPOSITORY).as_posix()})
 
 
 def bundle_files() -> dict[str, Path]:
