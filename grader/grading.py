@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from grader import policy
+from grader.bounded import TooSlow, bounded
 from grader.checks.judging import Fail, observed
 from grader.harness import Harness, HarnessError, Outcome, foreign_signal, format_bytes
 from grader.protocol import Kind, Report, Result, Status
@@ -42,6 +43,9 @@ class Budget:
         return self.ends - time.monotonic()
 
 JUDGE_ERROR = "judge_error"  # in a result's details: the judge's traceback, for the course staff
+# A judge's own time (wall clock, in the grader's process): a correct run's takes well under a
+# second; this bound is for observations built to make a judge's comparisons run for minutes.
+JUDGE_SECONDS = 30.0
 
 
 def environment() -> dict:
@@ -125,12 +129,20 @@ def _flood_reason(outcome: Outcome, output_limit_mb: float) -> str:
 
 
 def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[Status, str, dict]:
-    """``(status, message, details)`` from the criterion's parent-side ``judge_*`` function."""
+    """``(status, message, details)`` from the criterion's parent-side ``judge_*`` function, run
+    under :data:`JUDGE_SECONDS` of its own."""
     judge_function = getattr(importlib.import_module(criterion.judge_module), "judge_" + criterion.name)
     try:
-        details = judge_function(seed, dict(criterion.params), observed(observation))
+        details = bounded(lambda: judge_function(seed, dict(criterion.params), observed(observation)), JUDGE_SECONDS)
     except Fail as failure:
         return Status.FAILED, str(failure), failure.details
+    except TooSlow:
+        message = (
+            f"the grader's check of what your code produced did not finish within {JUDGE_SECONDS:g} s (a correct "
+            "run's takes well under a second): what came back is far larger or stranger than expected, and the "
+            "course staff will review it"
+        )
+        return Status.FAILED, message, {JUDGE_ERROR: f"the judge ran past {JUDGE_SECONDS:g} s"}
     except Exception as error:  # noqa: BLE001 - the observation came from the child: it is data
         message = (
             f"the grader could not read what your code produced ({type(error).__name__}: {error}); "
