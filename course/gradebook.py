@@ -327,7 +327,7 @@ def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] |
     blocked until the GPU merge, unless ``canvas_without_gpu``); a warning when the scores are
     out of a total the assignment does not have."""
     assert options.canvas is not None  # the caller writes Canvas's file only when asked
-    rows, unknown, waiting = [], [], []
+    rows, unknown, waiting, out_of = [], [], [], set()  # out_of: (max_score, blocked points)
     for outcome in outcomes:
         identity = identities.get(outcome.student)
         if identity is None:
@@ -338,6 +338,8 @@ def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] |
             waiting.append(outcome.student)
         score = (finals or {}).get(outcome.student, outcome.score)
         rows.append((identity, None if blocked else score))
+        if outcome.max_score is not None:  # what its score is out of in Canvas, now or after the GPU merge
+            out_of.add((outcome.max_score, blocked_points(outcome)))
     write_csv(options.canvas, canvas.import_rows(options.assignment or "", rows))
     if unknown:
         progress(f"Canvas: {len(unknown)} student(s) left out of {options.canvas}, flagged in the CSV "
@@ -346,8 +348,12 @@ def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] |
         progress(f"Canvas: {len(waiting)} student(s) with GPU criteria not graded yet have an EMPTY cell (no change): "
                  "import after the GPU merge, or pass --canvas-without-gpu for a class graded without GPUs")
     possible = roster.points_possible(options.assignment or "") if roster is not None else None
-    totals = sorted({o.max_score for o in outcomes if o.max_score is not None})
-    if roster is not None and possible is not None and any(total != possible for total in totals):
-        progress(f"WARNING: the scores are out of {', '.join(f'{t:g}' for t in totals)} but the Canvas assignment "
-                 f"{options.assignment!r} is worth {possible:g} points (its Points Possible in {roster.path}): "
-                 "change one of them before importing")
+    advice = canvas.points_warning(options.assignment or "", out_of, options.canvas_without_gpu, possible,
+                                   roster.path if roster else None)
+    if advice:
+        progress(advice)
+
+
+def blocked_points(outcome: StudentGrade) -> float:
+    """The points of ``outcome``'s criteria blocked for want of hardware (its ``blocked_points=`` flag)."""
+    return sum(float(flag.split("=", 1)[1]) for flag in outcome.flags if flag.startswith("blocked_points="))
