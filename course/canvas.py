@@ -74,7 +74,8 @@ class CanvasSubmission:
         if not self.superseded:
             return None
         graded = ", ".join(f.entry for f in self.files.values() if f.original in self._replaced())
-        return f"{self.student}: graded {graded}; older upload(s) not graded: {', '.join(self.superseded)}"
+        older = "older upload" if len(self.superseded) == 1 else "older uploads"
+        return f"{self.student}: graded {graded}; {older} not graded: {', '.join(self.superseded)}"
 
     def _replaced(self) -> set[str]:
         return {parsed.original for entry in self.superseded if (parsed := parse_download_name(entry)) is not None}

@@ -29,6 +29,7 @@ from course import adjustments, canvas, feedback, regrade, similarity
 from course.discovery import Student, safe_file_name
 from course.outcomes import StudentGrade, apply_report, default_rows, escape_cell, save_rows, write_csv
 from grader.protocol import read_json_report, write_atomic
+from grader.report import counted
 
 CHANGELOG_COLUMNS = ("when", "run", "student", "criterion", "old_points", "new_points", "old_status", "new_status")
 # Flags that come from a student's JSON report; recomputed when GPU results change it.
@@ -342,10 +343,11 @@ def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] |
             out_of.add((outcome.max_score, blocked_points(outcome)))
     write_csv(options.canvas, canvas.import_rows(options.assignment or "", rows))
     if unknown:
-        progress(f"Canvas: {len(unknown)} student(s) left out of {options.canvas}, flagged in the CSV "
+        progress(f"Canvas: {counted(len(unknown), 'student')} left out of {options.canvas}, flagged in the CSV "
                  f"(not in the roster, or in it twice): {', '.join(unknown)}")
     if waiting:
-        progress(f"Canvas: {len(waiting)} student(s) with GPU criteria not graded yet have an EMPTY cell (no change): "
+        progress(f"Canvas: {counted(len(waiting), 'student')} with GPU criteria not graded yet "
+                 f"{'has' if len(waiting) == 1 else 'have'} an EMPTY cell (no change): "
                  "import after the GPU merge, or pass --canvas-without-gpu for a class graded without GPUs")
     possible = roster.points_possible(options.assignment or "") if roster is not None else None
     advice = canvas.points_warning(options.assignment or "", out_of, options.canvas_without_gpu, possible,
