@@ -278,7 +278,8 @@ def finish(
     if changed:
         progress(f"regrade: {changed} criterion result(s) changed -> {changelog_path(csv_path)}")
     if options.feedback is not None:
-        progress(f"feedback: {feedback.write_all(outcomes, options.feedback, finals)} files -> {options.feedback}")
+        reasons = {name: a.reason for name, a in adjustments.read(options.adjustments).items()} if options.adjustments else {}
+        progress(f"feedback: {feedback.write_all(outcomes, options.feedback, finals, reasons)} files -> {options.feedback}")
     if options.html is not None:
         from course.dashboard import write  # Jinja2: only when a dashboard is asked for
 

@@ -109,7 +109,7 @@ def _review(report: Report, hidden: set[str]) -> list[str]:
     lines = ["", "NEEDS REVIEW by the course staff (this does not change the score above):"]
     lines += [f"  - {reason}" for reason in reasons]
     for finding in report.policy_findings[:POLICY_LINES_SHOWN]:
-        lines.append(f"    {finding['file']}:{finding['line']}: {finding['name']}: {finding['code']}")
+        lines.append(f"    {finding.get('file')}:{finding.get('line')}: {finding.get('name')}: {finding.get('code')}")
     if len(report.policy_findings) > POLICY_LINES_SHOWN:
         lines.append(f"    ... and {len(report.policy_findings) - POLICY_LINES_SHOWN} more (see the JSON report)")
     return lines
@@ -134,8 +134,8 @@ def summary(report: Report, rubric: Rubric, blocked_apart: bool = False, shown: 
     if hidden:
         lines.append("(Only the criteria listed here are in this table; your score on Gradescope counts every criterion.)")
     if not report.complete:
-        graded = f"{len(report.results)} of {report.planned} criteria graded" if not hidden else "not every criterion was graded"
-        lines.append(f"(incomplete: {graded})")
+        known = not hidden and report.planned > len(report.results)
+        lines.append(f"(incomplete: {f'{len(report.results)} of {report.planned} criteria graded' if known else 'not every criterion was graded'})")
     problems_shown = [r for r in results if r.status not in (Status.PASSED, Status.BLOCKED)]
     if problems_shown:
         lines += ["", "What went wrong:", *_failures(problems_shown)]
@@ -228,6 +228,39 @@ def gradescope(report: Report, rubric: Rubric, seconds: float) -> dict:
 
 def write_gradescope(report: Report, rubric: Rubric, seconds: float, path: str | os.PathLike) -> None:
     write_atomic(path, json.dumps(gradescope(report, rubric, seconds), indent=2) + "\n")
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _status(value: object) -> Status:
+    """A status read back from a report; one this grader never writes is its ``error``."""
+    return Status(value) if value in {status.value for status in Status} else Status.ERROR
+
+
+def report_from_json(data: dict) -> Report:
+    """A JSON report (:func:`grader.protocol.as_json`, as :func:`grader.protocol.read_json_report`
+    returns it) back as a :class:`Report`, for the views rendered from it later (feedback
+    files, Gradescope's results after a GPU merge). A field it lacks gets its default."""
+    results = [
+        Result(id=str(c.get("id", "")), problem=c["problem"], title=str(c.get("title") or ""), points=_number(c.get("points")),
+               earned=_number(c.get("earned")), status=_status(c.get("status")), message=str(c.get("message") or ""),
+               seconds=_number(c.get("seconds")), output=str(c.get("output") or ""),
+               details=c["details"] if isinstance(c.get("details"), dict) else {})
+        for c in data["criteria"] if isinstance(c, dict)
+    ]
+
+    def strings(key: str) -> list[str]:
+        return [str(item) for item in data.get(key) or [] if isinstance(item, str)]
+
+    return Report(
+        submission=str(data.get("submission", "")), files=data["files"] if isinstance(data.get("files"), dict) else {},
+        environment=data["environment"] if isinstance(data.get("environment"), dict) else {},
+        seed=int(_number(data.get("seed"))), results=results, planned=len(results), complete=data.get("complete") is True,
+        notes=strings("notes"), review=strings("review_reasons"),
+        policy_findings=[f for f in data.get("policy_findings") or [] if isinstance(f, dict)],
+    )
 
 
 def failure_results(message: str, seconds: float = 0.0) -> dict:
