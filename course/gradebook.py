@@ -270,7 +270,7 @@ def finish(
         outcomes = outcomes + merge_gpu(outcomes, gpu_folder)
     identities = identify_all(outcomes, students, roster, options)
     finals = apply_adjustments(outcomes, options.adjustments, progress) if options.adjustments else None
-    write_csv(csv_path, default_rows(outcomes, finals))
+    write_csv(csv_path, default_rows(outcomes, finals, csv_path.parent))
     if options.canvas is not None:
         write_canvas(outcomes, identities, roster, options, progress, finals or {})
     save_rows(reports, outcomes)
