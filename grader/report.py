@@ -115,6 +115,13 @@ def _review(report: Report, hidden: set[str]) -> list[str]:
     return lines
 
 
+def _not_for_students(report: Report, rubric: Rubric) -> list[str]:
+    """The staff's reminder of the criteria students do not see now (rubric ``visibility``)."""
+    visibility = {criterion.id: criterion.visibility for criterion in rubric.criteria}
+    kept = [f"{r.id} ({visibility[r.id]})" for r in report.results if visibility.get(r.id, "visible") != "visible"]
+    return ["", f"Not shown to students (Gradescope's text, feedback files): {', '.join(kept)}"] if kept else []
+
+
 def summary(report: Report, rubric: Rubric, blocked_apart: bool = False, shown: set[str] | None = None,
             review: bool = True) -> str:
     """The table per problem and the total, then every failure message, the notes and (with
@@ -146,6 +153,8 @@ def summary(report: Report, rubric: Rubric, blocked_apart: bool = False, shown: 
     lines += [f"note: {note}" for note in report.notes if not _names_any(note, hidden)]
     if review:
         lines += _review(report, hidden)
+    if shown is None:
+        lines += _not_for_students(report, rubric)
     if report.child_seconds is not None:
         lines += ["", f"Each criterion ran in its own isolated process (start-up {report.child_seconds * 1000:.0f} ms); seed {report.seed}."]
     return printable("\n".join(lines))

@@ -165,3 +165,5 @@ def test_a_blocked_criterion_a_student_may_not_see_is_not_named_in_the_gpu_note(
 def test_the_staffs_terminal_view_keeps_everything():
     text = summary(class_report("failed"), rubric_with({SECRET: "hidden"}))
     assert secret_traces(text) == [SECRET, "SECRET-MESSAGE", "SECRET-PRINTED"] and "replaced grader" in text
+    assert "Not shown to students (Gradescope's text, feedback files): 2.2-backward (hidden)" in text.splitlines()
+    assert "Not shown to students" not in summary(class_report("failed"), RUBRIC)

@@ -90,6 +90,7 @@ def test_a_hanging_submission_is_stopped_by_the_budget_and_keeps_what_it_finishe
     assert list(tests) == expected, "every criterion is reported, none lost"
     assert tests["2.1-schedule"]["score"] == tests["2.1-schedule"]["max_score"] > 0
     assert tests["2.1-errors"]["visibility"] == "after_due_date" and tests["2.1-schedule"]["visibility"] == "visible"
+    assert "2.1-errors" not in results["output"]  # shown only after the due date
     assert tests["2.2-forward"]["output"].startswith("[timeout] did not finish within")
     assert "budget" in tests["2.2-forward"]["output"]
     not_graded = [t for t in tests.values() if "not graded: the whole run's time budget" in t["output"]]
