@@ -38,12 +38,20 @@ def take(source: Path, metadata: dict | None) -> dict | None:
     return report
 
 
+def _trusted(criterion: dict) -> bool:
+    """A GPU result to count: graded (not blocked, not the grader's error), not a smoke run, its
+    timing conclusive (the staff's gradebook flags the others for a look first)."""
+    details = criterion.get("details") if isinstance(criterion.get("details"), dict) else {}
+    timing = details.get("timing") if isinstance(details.get("timing"), dict) else {}
+    return (criterion.get("status") in ("passed", "failed", "timeout") and details.get("smoke") is not True
+            and timing.get("conclusive") is not False)
+
+
 def merge(report: dict, gpu: dict) -> dict | None:
     """``report`` (a JSON report of this run) with ``gpu``'s graded criteria in place of its
     blocked ones and a note that says so; when the GPU run graded other files, ``report`` with
     a note saying why they still wait; None when the GPU run graded nothing blocked here."""
-    graded = {c["id"]: c for c in gpu["criteria"] if c.get("status") != "blocked"
-              and not (isinstance(c.get("details"), dict) and c["details"].get("smoke"))}
+    graded = {c["id"]: c for c in gpu["criteria"] if _trusted(c)}
     taken = [c["id"] for c in report["criteria"] if c.get("status") == "blocked" and c.get("id") in graded]
     if not taken:
         return None

@@ -70,16 +70,19 @@ def bundle_files() -> dict[str, Path]:
 
 
 def gpu_report_files(folder: Path) -> dict[str, Path]:
-    """Archive name -> path of each GPU report in ``folder`` (``gpu/submission_<id>.json``, see
-    grader.gpu_results), named by the Gradescope submission whose export folder it graded.
+    """Archive name -> path of each GPU report in ``folder`` (a batch's reports folder), named
+    by the Gradescope submission whose export folder it graded (``gpu/submission_<id>.json``,
+    see grader.gpu_results); the folder's other files (logs, the gradebook's rows) stay out.
 
     Raises:
-        ValueError: a file there is not a grader report of a ``submission_<id>`` folder.
+        ValueError: a ``submission_<id>.json`` there is not a grader report, or there is none.
     """
     files = {}
-    for path in sorted(folder.glob("*.json")):
-        if gpu_results.report_name(path.stem.removeprefix("submission_")) != path.name or read_json_report(path) is None:
-            raise ValueError(f"{path}: not a grader report of a Gradescope export's submission_<id> folder")
+    for path in sorted(folder.glob("submission_*.json")):
+        if gpu_results.report_name(path.stem.removeprefix("submission_")) != path.name:
+            continue  # not a submission of Gradescope's export
+        if read_json_report(path) is None:
+            raise ValueError(f"{path}: not a grader report")
         files[f"{gpu_results.FOLDER}/{path.name}"] = path
     if not files:
         raise ValueError(f"{folder}: no submission_<id>.json reports (grade Gradescope's export with --only 2.3 first)")

@@ -318,6 +318,22 @@ def test_the_bundle_carries_the_gpu_reports_of_a_gradescope_export(tmp_path):
     (tmp_path / "gpu" / "submission_5005.json").write_text(json.dumps(json_report([criterion("2.3-speedup", "passed", 10, 10)], FILES)))
     names = bundle.build(tmp_path / "autograder.zip", tmp_path / "gpu")
     assert "gpu/submission_5005.json" in names and "grader/gpu_results.py" in names and "grader/submission_limit.py" in names
+    (tmp_path / "gpu" / "gradebook@class.json").write_text("[]")  # the batch's own files stay out
     (tmp_path / "gpu" / "alice.json").write_text("{}")
-    with pytest.raises(ValueError, match="alice.json: not a grader report of a Gradescope export's submission_<id> folder"):
+    assert [n for n in bundle.build(tmp_path / "autograder.zip", tmp_path / "gpu") if n.startswith("gpu/")] == [
+        "gpu/submission_5005.json"]
+    (tmp_path / "gpu" / "submission_6006.json").write_text("{}")
+    with pytest.raises(ValueError, match="submission_6006.json: not a grader report"):
         bundle.build(tmp_path / "autograder.zip", tmp_path / "gpu")
+
+
+def test_only_a_conclusive_gpu_result_is_counted():
+    from grader.gpu_results import merge
+
+    cpu = json_report([criterion("2.1-schedule", "passed", 3, 3), criterion("2.3-speedup", "blocked", 0, 10)], FILES)
+    for details, status in (({"timing": {"conclusive": False}}, "passed"), ({"smoke": True}, "passed"), ({}, "error"),
+                            ({}, "blocked")):
+        gpu = json_report([{**criterion("2.3-speedup", status, 10, 10), "details": details}], FILES)
+        assert merge(cpu, gpu) is None, (details, status)
+    timed_out = json_report([{**criterion("2.3-speedup", "timeout", 0, 10), "details": {}}], FILES)
+    assert [c["status"] for c in merge(cpu, timed_out)["criteria"]] == ["passed", "timeout"]
