@@ -41,8 +41,10 @@ def take(source: Path, metadata: dict | None) -> dict | None:
 def _trusted(criterion: dict) -> bool:
     """A GPU result to count: graded (not blocked, not the grader's error), not a smoke run, its
     timing conclusive (the staff's gradebook flags the others for a look first)."""
-    details = criterion.get("details") if isinstance(criterion.get("details"), dict) else {}
-    timing = details.get("timing") if isinstance(details.get("timing"), dict) else {}
+    details = criterion.get("details")
+    details = details if isinstance(details, dict) else {}
+    timing = details.get("timing")
+    timing = timing if isinstance(timing, dict) else {}
     return (criterion.get("status") in ("passed", "failed", "timeout") and details.get("smoke") is not True
             and timing.get("conclusive") is not False)
 
