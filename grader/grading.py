@@ -23,7 +23,9 @@ from grader import policy
 from grader.bounded import TooSlow, bounded
 from grader.checks.judging import Fail, observed
 from grader.harness import Harness, HarnessError, Outcome, foreign_signal, format_bytes
+from grader.layout import STUDENT_FILES
 from grader.protocol import Kind, Report, Result, Status
+from grader.report import counted
 from grader.rubric import HARDWARE, Criterion, Rubric
 from grader.submission import Submission
 from minitorch.cli import STUB_MESSAGE
@@ -229,6 +231,9 @@ def _new_report(submission: Submission, rubric: Rubric, planned: int, seed: int 
         report.flag(f"policy scan: {', '.join(names)}")
     if len(findings) > policy.FINDINGS_KEPT:
         report.note(f"the policy scan found {len(findings)} uses; the report lists the first {policy.FINDINGS_KEPT}")
+    for note in submission.notes:  # what was graded from where (a browser's rename, a file in an archive)
+        if note not in (f"{name} from {name}" for name in STUDENT_FILES):
+            report.note(note)
     if submission.skipped:
         report.note(f"skipped in the archive: {'; '.join(submission.skipped)}")
     if submission.ignored:
@@ -333,8 +338,8 @@ def _note_outcome(report: Report, criterion: Criterion, outcome: Outcome) -> Non
     """What a child did that the score does not show, for the report and for review."""
     if outcome.orphans:
         report.note(
-            f"{criterion.id}: your code left {outcome.orphans} process(es) running after the criterion "
-            "ended (setsid or a double fork?); the grader killed them"
+            f"{criterion.id}: your code left {counted(outcome.orphans, 'process', 'processes')} running after the "
+            f"criterion ended (setsid or a double fork?); the grader killed {'it' if outcome.orphans == 1 else 'them'}"
         )
         report.flag("processes left running")
     if outcome.first_signal is not None:
