@@ -47,7 +47,8 @@ def test_the_bundle_ships_the_grading_engine_and_nothing_else(autograder_zip):
         minitorch_files = {n for n in archive.namelist() if n.startswith("minitorch/")}
     engine = {
         "grader/__init__.py", "grader/__main__.py", "grader/child.py", "grader/cli.py",
-        "grader/gpu_results.py", "grader/gradescope_run.py", "grader/grading.py", "grader/harness.py", "grader/layout.py",
+        "grader/bounded.py", "grader/gpu_results.py", "grader/gradescope_run.py", "grader/grading.py", "grader/harness.py",
+        "grader/layout.py",
         "grader/policy.py", "grader/submission_limit.py",
         "grader/processes.py", "grader/protocol.py", "grader/report.py", "grader/rubric.py", "grader/rubric.toml",
         "grader/submission.py", "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/judging.py",
