@@ -314,7 +314,8 @@ def test_private_slurm_recipe_starts_a_cluster_runs_a_job_and_stops():
         assert started.returncode == 0, started.stdout + started.stderr
         assert re.search(r"(?m)^local\*\s+up\s.*\sidle\s", started.stdout), started.stdout
         done = cluster / "job.out"
-        subprocess.run(["sbatch", "--wrap", f"hostname > {done}"], env=environment, check=True, capture_output=True, timeout=60)
+        subprocess.run(["sbatch", f"--output={cluster}/job-%j.log", "--wrap", f"hostname > {done}"], env=environment, cwd=cluster,
+                       check=True, capture_output=True, timeout=60)
         deadline = time.monotonic() + 60
         while not (done.exists() and done.read_text().strip()) and time.monotonic() < deadline:
             time.sleep(0.5)
