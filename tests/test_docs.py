@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from markdown_it import MarkdownIt
@@ -128,10 +129,10 @@ def link_problems(paths: list[Path]) -> list[str]:
             if EXTERNAL.match(href):
                 continue
             file_part, _, anchor = href.partition("#")
-            target = (path.parent / file_part).resolve() if file_part else path
+            target = (path.parent / unquote(file_part)).resolve() if file_part else path
             if not target.exists():
                 problems.append(f"{where}: {href}: no such file")
-            elif not str(target).startswith(str(REPO)):
+            elif not target.is_relative_to(REPO):
                 problems.append(f"{where}: {href}: outside the repository")
             elif anchor and target.suffix == ".md" and anchor not in read_page(target).anchors:
                 problems.append(f"{where}: {href}: no heading #{anchor} in {target.relative_to(REPO)}")
