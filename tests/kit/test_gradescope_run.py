@@ -1,5 +1,6 @@
 """Gradescope as it really runs: one CPU, a whole-run budget, results.json after every
-criterion, blocked criteria kept out of the score, what students upload, the README's recipe."""
+criterion, blocked criteria kept out of the score, what students upload, the documented recipe
+(docs/grading/gradescope.md)."""
 from __future__ import annotations
 
 import json
@@ -27,11 +28,11 @@ HANG = ("        microbatches = list(torch.split(x, self.split_size))",
         "        __import__('threading').Event().wait()\n        microbatches = list(torch.split(x, self.split_size))")
 
 
-def readme_recipe() -> str:
-    text = (REPO / "README.md").read_text()
+def documented_recipe() -> str:
+    text = (REPO / "docs" / "grading" / "gradescope.md").read_text()
     after = text[text.index(RECIPE_MARKER) + len(RECIPE_MARKER):]
     match = re.match(r"\s*```sh\n(.*?)```", after, re.S)
-    assert match, "the README's local Gradescope recipe is not a ```sh block right after its marker"
+    assert match, "docs/grading/gradescope.md: the local Gradescope recipe is not a ```sh block right after its marker"
     return match.group(1)
 
 
@@ -41,9 +42,9 @@ def one_cpu() -> None:
 
 
 @pytest.mark.slow  # a whole Gradescope run in a subprocess
-def test_readme_recipe_grades_the_answer_key_on_one_cpu_within_the_budget(tmp_path):
+def test_documented_recipe_grades_the_answer_key_on_one_cpu_within_the_budget(tmp_path):
     started = time.monotonic()
-    result = subprocess.run(["bash", "-e", "-c", readme_recipe()], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)},
+    result = subprocess.run(["bash", "-e", "-c", documented_recipe()], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)},
                             capture_output=True, text=True, timeout=AUTOGRADER_S, preexec_fn=one_cpu)
     seconds = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
