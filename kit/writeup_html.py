@@ -33,7 +33,7 @@ class LinkError(Exception):
 
 def folded_hints(problem: str, texts: list[str]) -> str:
     """The hints of ``problem`` as Markdown with raw HTML: one folded, numbered block per hint."""
-    blocks = [f'<div class="hints" data-problem="{problem}">', "",
+    blocks = [f'<div class="hints" id="hints-{problem}" data-problem="{problem}">', "",
               f"**Hints for {problem}**, folded: open one, try again, then open the next "
               f"(`make hint P={problem}` prints them in a terminal).", ""]
     for number, text in enumerate(texts, 1):
@@ -63,7 +63,15 @@ def _parser() -> MarkdownIt:
     # A wide table scrolls in a box of its own instead of widening the page.
     md.add_render_rule("table_open", lambda *args: '<div class="table-scroll"><table>\n')
     md.add_render_rule("table_close", lambda *args: "</table></div>\n")
+    md.add_render_rule("code_inline", _code_inline)
     return md
+
+
+def _code_inline(renderer, tokens: list[Token], index: int, *args) -> str:
+    """Inline code that a narrow column or window may break after ``_``, ``.`` or ``/``
+    (``test_pipe_matches_sequential``), never inside a word."""
+    text = html.escape(tokens[index].content)
+    return "<code>" + re.sub(r"([_./])(?=\w)", r"\1<wbr>", text) + "</code>"
 
 
 class _Document:

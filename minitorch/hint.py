@@ -142,13 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("name a sub-problem (e.g. 2.2), or use --list")
     try:
         if args.list:
-            text = listing()
+            text = listing(HINTS, STATE)
         elif args.reset:
-            text = reset(args.problem)
+            text = reset(args.problem, HINTS, STATE)
         elif args.again:
-            text = again(args.problem)
+            text = again(args.problem, HINTS, STATE)
         else:
-            text = next_hint(args.problem)
+            text = next_hint(args.problem, HINTS, STATE)
     except HintError as error:
         parser.error(str(error))
     except OSError as error:  # e.g. a kit folder that cannot be written: say so, not a traceback
