@@ -2,6 +2,7 @@
 hint in any text read front to back (the hints come one at a time from ``python -m
 minitorch.hint``, or folded in ``writeup.html``), and a build that refuses hints it cannot place
 and links that lead nowhere. The page in a real browser: tests/kit/test_writeup_browser.py."""
+import base64
 import re
 import textwrap
 from pathlib import Path
@@ -187,7 +188,13 @@ def test_the_html_page_stands_alone(page):
     written_up = [(KIT / path).read_text() for path in ["README.md", *PROBLEM_PAGES]]
     linked = {link for text in written_up for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)}
     assert len(pictures) == len(linked) == 4
-    assert all(img.attrs["src"].startswith("data:image/svg+xml;base64,") for img in pictures)
+    for img in pictures:
+        kind, _, data = img.attrs["src"].partition(",")
+        assert kind == "data:image/svg+xml;base64"
+        svg = base64.b64decode(data).decode()
+        # Without a viewBox a narrow window would cut the picture off instead of scaling it down.
+        width, height = re.search(r'<svg [^>]*width="([\d.]+)" height="([\d.]+)"', svg).groups()
+        assert f'viewBox="0 0 {width} {height}"' in svg.split(">", 1)[0], svg[:200]
     ids = {element.attrs["id"] for element in page.find_all() if "id" in element.attrs}
     for link in page.find_all("a"):
         href = link.attrs["href"]
