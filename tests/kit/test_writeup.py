@@ -151,6 +151,17 @@ def test_the_build_refuses_what_it_cannot_place(sources, case, change, message):
         render(sources)
 
 
+def test_the_rubric_and_promise_tables_render_on_a_page_and_in_the_html(sources):
+    (sources / "p9.md").write_text("{{hints 9.1}}\n\n{{points_table 2.1}}\n\n{{promises 2.1}}\n")
+    files = render(sources)
+    assert "| `2.1-schedule` |" in files["problems/9.md"] and "| promise | graded by | public test |" in files["problems/9.md"]
+    dom = DomReader()
+    dom.feed(files["writeup.html"])
+    headers = [[th.text for th in table.find_all("th")] for table in dom.root.find_all("table")]
+    assert headers[0][:3] == ["Criterion", "What is checked", "Points"] and headers[1] == ["promise", "graded by", "public test"]
+    assert any(td.text == "2.1-schedule" for td in dom.root.find_all("td"))
+
+
 def test_links_to_other_kit_files_stay_links_to_them(sources):
     (sources / "p9.md").write_text("{{hints 9.1}}\n\nSee [the Makefile](../Makefile#L1).\n")
     files = writeup.render_files(sources / "README.md.in", RUBRIC, kit_files=frozenset({"Makefile"}))
