@@ -151,7 +151,8 @@ def test_1t_model_runs_at_197_tflops_per_gpu():
 def test_replicas_and_microbatches_split_the_cluster_and_the_batch(plan):
     model, cluster, batch, t, p, microbatch = plan
     e = estimate(*plan)
-    assert (e.t, e.p, e.d) == (t, p, cluster.gpus // (t * p)), f"{call(*plan)}: (t, p, d) = {(e.t, e.p, e.d)}"
+    assert (e.t, e.p, e.d) == (t, p, cluster.gpus // (t * p)), (
+        f"{call(*plan)}: (t, p, d) = {(e.t, e.p, e.d)}; expected {(t, p, cluster.gpus // (t * p))}")
     assert e.microbatches * e.d * microbatch == batch, (
         f"{call(*plan)}: {e.microbatches} microbatches of {microbatch} in each of d = {e.d} pipelines do not make the batch")
     assert e.memory_limit == cluster.memory_bytes, (
@@ -173,7 +174,9 @@ def test_tensor_parallelism_across_nodes_goes_over_infiniband():
     within = estimate(MEGATRON_1T, big_nodes, 3072, t=16, p=32)
     assert across.tensor_parallel_s / within.tensor_parallel_s == pytest.approx(
         ONE_T.nvlink_bytes_per_s / ONE_T.ib_bytes_per_s, rel=1e-6), (
-        "t = 16 on 8-GPU nodes against 16-GPU nodes: the same all-reduces over InfiniBand instead of NVLink")
+        f"the 1T model at t = 16, p = 32: tensor_parallel_s {across.tensor_parallel_s:.6g} s on 8-GPU nodes, "
+        f"{within.tensor_parallel_s:.6g} s on 16-GPU nodes; the same all-reduces over InfiniBand instead of NVLink "
+        f"take NVLink / InfiniBand = {ONE_T.nvlink_bytes_per_s / ONE_T.ib_bytes_per_s:g} times as long")
 
 
 @pytest.mark.problem_5_1
@@ -183,7 +186,9 @@ def test_each_kind_of_communication_exists_exactly_when_its_dimension_does(plan)
     model, cluster, batch, t, p, microbatch = plan
     e = estimate(*plan)
     for term, size, name in [(e.tensor_parallel_s, t, "t"), (e.pipeline_s, p, "p"), (e.data_parallel_s, e.d, "d")]:
-        assert (term > 0) == (size > 1), f"{call(*plan)}: {name} = {size}, and its communication time is {term!r}"
+        assert (term > 0) == (size > 1), (
+            f"{call(*plan)}: {name} = {size}, and its communication time is {term!r}; expected "
+            + ("more than 0" if size > 1 else "0 (a dimension of size 1 sends nothing)"))
 
 
 def valid_estimates(model, cluster, batch, microbatch=1):

@@ -274,7 +274,8 @@ def test_scatter_gather_and_sequence_parallel_ops(t, shape, dtype):
             close(dx, want_dx, f"{case}: {name} backward (see its contract); input grad")
         for name, raised in out["refused"].items():
             assert raised != "no exception", (
-                f"t={t}: {name} of a size {t} does not divide must refuse (raise), not cut the rest off")
+                f"t={t}: {name} of a size {t} does not divide returned without raising; expected it to refuse "
+                "(raise), not cut the rest off")
 
 
 # ----------------------------------------------------------------------------------------
@@ -406,11 +407,14 @@ def test_column_and_row_parallel_linear_equal_nn_linear(t):
         close(out["row_zero_weight"], m["bias"].expand(S, B, OUT),
               f"{case}: RowParallelLinear with a zero weight must output its bias, once (not {t} times)")
         assert out["column_no_bias"]["bias"] is None and out["row_no_bias"]["bias"] is None, (
-            f"{case}: with bias=False a layer has no bias (self.bias is None)")
+            f"{case}: with bias=False, ColumnParallelLinear.bias is {out['column_no_bias']['bias']!r:.60} and "
+            f"RowParallelLinear.bias is {out['row_no_bias']['bias']!r:.60}; expected None for both")
         close(out["column_no_bias"]["y"], block(F.linear(x, m["weight"]), rank, t, -1),
               f"{case}: ColumnParallelLinear(bias=False) output")
         close(out["row_no_bias"]["y"], F.linear(x, m["weight"]), f"{case}: RowParallelLinear(bias=False) output")
-        assert "no exception" not in out["refused"], f"{case}: sizes {t} does not divide must be refused (raise)"
+        assert "no exception" not in out["refused"], (
+            f"{case}: ColumnParallelLinear({IN}, {2 * t + 1}) and RowParallelLinear({2 * t + 1}, {OUT}), sizes {t} does "
+            f"not divide: {' and '.join(out['refused'])}; expected both to raise")
 
 
 # ----------------------------------------------------------------------------------------
