@@ -6,7 +6,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from gradescope_helpers import AUTOGRADER_S, run_autograder, unpack
+from gradescope_helpers import AUTOGRADER_S, run_autograder, run_autograder_with_log, unpack
 
 from grader.layout import REPOSITORY as REPO
 from grader.layout import provided_files
@@ -95,9 +95,9 @@ def test_results_json_is_written_when_python_cannot_even_start(autograder_zip, t
 def test_results_json_is_written_when_the_grader_crashes(autograder_zip, tmp_path):
     root = unpack(autograder_zip, tmp_path, {"pipeline.py": ""})
     (root / "source" / "grader" / "__main__.py").write_text("raise RuntimeError('grader bug 1234')\n")
-    results = run_autograder(root)
-    assert results["score"] == 0
-    assert "exit status 1" in results["output"] and "grader bug 1234" in results["output"]
+    results, staff_log = run_autograder_with_log(root)
+    assert results["score"] == 0 and "exit status 1" in results["output"]
+    assert "grader bug 1234" in staff_log and "grader bug 1234" not in results["output"]  # the log is the staff's
 
 
 # The answer key's run (on one CPU, by the README's own recipe) is in tests/kit/test_gradescope_run.py.
