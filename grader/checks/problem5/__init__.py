@@ -1,0 +1,1 @@
+"""Problem 5 checks (docstring below, written at the end)."""
