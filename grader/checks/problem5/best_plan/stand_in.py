@@ -136,8 +136,10 @@ def _fields(rng: random.Random, case: dict, plan: tuple[int, int], step_units: i
     else:
         units["compute_s"] = step_units * 3 // 5
         open_terms = [term for term, size in _dimensions(case, plan).items() if size > 1] or ["compute_s"]
-        for _ in range(step_units - units["compute_s"]):
-            units[rng.choice(open_terms)] += 1
+        left = step_units - units["compute_s"]
+        cuts = sorted(rng.randint(0, left) for _ in open_terms[1:])
+        for term, low, high in zip(open_terms, [0, *cuts], [*cuts, left]):
+            units[term] += high - low
     state = float(int(memory * rng.uniform(0.3, 0.7)))
     return {"t": t, "p": p, "d": d, "microbatches": case["batch"] // (d * case["microbatch"]),
             **{term: units[term] * UNIT for term in TERMS}, "state_bytes": state, "activation_bytes": memory - state,
