@@ -633,16 +633,20 @@ def estimate(model: Model, cluster: Cluster, batch: int, t: int, p: int, microba
         cluster: a :class:`Cluster` (any sizes and speeds, given as ints or floats).
         batch: the global batch, in sequences: an int >= 1.
         t, p: ints >= 1.
-        microbatch: sequences per microbatch: an int >= 1.
+        microbatch: sequences per microbatch: an int >= 1; 1 when left out.
 
     Returns:
         An :class:`Estimate` of the plan, each number what the write-up's cost model counts:
 
         - ``t``, ``p``, ``d``: the plan; ``microbatches``: the microbatches each pipeline runs per step;
         - ``flops_per_gpu``: the model FLOPs one GPU does per step (recomputation included);
-        - ``compute_s``, ``bubble_s``: seconds of computing and of 1F1B's bubble;
-        - ``tensor_parallel_s``, ``pipeline_s``, ``data_parallel_s``: seconds of each kind of communication;
-        - ``state_bytes``, ``activation_bytes``: the memory per GPU;
+        - ``compute_s``: seconds of computing those FLOPs;
+        - ``bubble_s``: seconds of 1F1B's bubble;
+        - ``tensor_parallel_s``: seconds of the tensor-parallel all-reduces;
+        - ``pipeline_s``: seconds of the transfers between pipeline stages;
+        - ``data_parallel_s``: seconds of the data-parallel all-reduce of the gradients;
+        - ``state_bytes``: bytes of training state per GPU;
+        - ``activation_bytes``: bytes of activations per GPU;
         - ``memory_limit``: the cluster's memory per GPU.
 
         ``t``, ``p``, ``d`` and ``microbatches`` are ints, every other field a float.
@@ -706,7 +710,7 @@ def best_plan(model: Model, cluster: Cluster, batch: int, microbatch: int = 1) -
 
     Args:
         model, cluster: as for :func:`estimate`.
-        batch, microbatch: ints >= 1, as for :func:`estimate`.
+        batch, microbatch: ints >= 1, as for :func:`estimate` (``microbatch`` 1 when left out).
 
     Returns:
         The :class:`Estimate` that ``estimate`` returns for the fitting plan with the smallest
