@@ -30,10 +30,10 @@ def _judge_search(call: str, entry, plans: list[dict], exact: bool, why_none: st
     if not entry["estimate"]:
         raise Fail(f"{call} returned {entry['returned']} where a minitorch.cost_model.Estimate or None was expected")
     chosen = (value(entry["fields"], "t", call), value(entry["fields"], "p", call))
-    mine = next((v for v in plans if (v["t"], v["p"]) == chosen), None)
     if chosen not in best:
-        detail = "not a valid plan" if mine is None else _plan_words(mine)
+        detail = next((_plan_words(v) for v in plans if (v["t"], v["p"]) == chosen), "not a valid plan")
         raise Fail(f"{call} returned t = {chosen[0]}, p = {chosen[1]} ({detail}); {expected}")
+    mine = next(v for v in plans if (v["t"], v["p"]) == chosen)
     for field, want in mine.items():
         got = value(entry["fields"], field, call)
         same = got == want if exact or field in COUNT_FIELDS else close(got, want, _scale(mine, field))
