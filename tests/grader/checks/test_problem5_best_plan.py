@@ -299,8 +299,25 @@ def brute_force_best_plan(model, cluster, batch, microbatch=1):
     return fitting[0] if fitting else None
 
 
-def test_correct_code_written_another_way_passes_both_runs(student):
-    student("best_plan", brute_force_best_plan)
+def by_keywords_best_plan(model, cluster, batch, microbatch=1):
+    """Right, in another shape: estimate called with every argument by name."""
+    from minitorch import pipeline
+
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1 or isinstance(microbatch, bool) \
+            or not isinstance(microbatch, int) or microbatch < 1:
+        raise ValueError("batch and microbatch must be ints >= 1")
+    plans = []
+    for t in range(1, cluster.gpus + 1):
+        for p in range(1, model.layers + 1):
+            if cluster.gpus % (t * p) == 0 and model.layers % p == 0 and model.heads % t == 0 \
+                    and batch % (cluster.gpus // (t * p) * microbatch) == 0:
+                plans.append(pipeline.estimate(model=model, cluster=cluster, batch=batch, t=t, p=p, microbatch=microbatch))
+    return fastest(plans)
+
+
+@pytest.mark.parametrize("variant", [brute_force_best_plan, by_keywords_best_plan])
+def test_correct_code_written_another_way_passes_both_runs(variant, student):
+    student("best_plan", variant)
     for seed in SEEDS:
         for pieces in RUNS:
             assert failure(pieces, seed) is None, (pieces, seed)

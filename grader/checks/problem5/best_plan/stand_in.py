@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 
-from grader.checks.problem5.estimate.cases import cluster
+from grader.checks.problem5.estimate.cases import cluster as a_cluster
 from grader.checks.problem5.plans import MODEL_FIELDS, valid_plan, valid_plans
 
 UNIT = 2.0**-12  # seconds
@@ -28,18 +28,18 @@ SMALL = {"layers": 4, "hidden": 256, "heads": 8, "seq_len": 128, "vocab": 1000}
 
 # (design, model, cluster, batch, microbatch, call): the design says which plan is the target
 CASES = [
-    ("any plan", TWENTY_FOUR, cluster(24, 8, memory_bytes=LIMIT), 48, 1, "positional"),
-    ("t not a power of two", TWENTY_FOUR, cluster(24, 6, memory_bytes=LIMIT), 48, 2, "keywords"),
-    ("t spans nodes", SIXTEEN, cluster(32, 8, memory_bytes=LIMIT), 64, 1, "default"),
-    ("t inside a node, not dividing it", TWENTY_FOUR, cluster(24, 8, memory_bytes=LIMIT), 24, 1, "positional"),
-    ("one layer per stage", SIXTEEN, cluster(32, 8, memory_bytes=LIMIT), 32, 1, "keywords"),
-    ("t = p = 1", TWENTY_FOUR, cluster(24, 8, memory_bytes=LIMIT), 96, 2, "keywords"),
-    ("d = 1", SIXTEEN, cluster(16, 4, memory_bytes=LIMIT), 16, 1, "positional"),
-    ("at the limit", TWENTY_FOUR, cluster(24, 6, memory_bytes=LIMIT), 72, 3, "keywords"),
-    ("a tie", SIXTEEN, cluster(32, 8, memory_bytes=LIMIT), 128, 2, "positional"),
-    ("one GPU", SMALL, cluster(1, 1, memory_bytes=LIMIT), 1, 1, "default"),
-    ("none fits", TWENTY_FOUR, cluster(24, 8, memory_bytes=LIMIT), 48, 1, "positional"),
-    ("none valid", SIXTEEN, cluster(32, 8, memory_bytes=LIMIT), 3, 2, "keywords"),
+    ("any plan", TWENTY_FOUR, a_cluster(24, 8, memory_bytes=LIMIT), 48, 1, "positional"),
+    ("t not a power of two", TWENTY_FOUR, a_cluster(24, 6, memory_bytes=LIMIT), 48, 2, "keywords"),
+    ("t spans nodes", SIXTEEN, a_cluster(32, 8, memory_bytes=LIMIT), 64, 1, "default"),
+    ("t inside a node, not dividing it", TWENTY_FOUR, a_cluster(24, 8, memory_bytes=LIMIT), 24, 1, "positional"),
+    ("one layer per stage", SIXTEEN, a_cluster(32, 8, memory_bytes=LIMIT), 32, 1, "keywords"),
+    ("t = p = 1", TWENTY_FOUR, a_cluster(24, 8, memory_bytes=LIMIT), 96, 2, "keywords"),
+    ("d = 1", SIXTEEN, a_cluster(16, 4, memory_bytes=LIMIT), 16, 1, "positional"),
+    ("at the limit", TWENTY_FOUR, a_cluster(24, 6, memory_bytes=LIMIT), 72, 3, "keywords"),
+    ("a tie", SIXTEEN, a_cluster(32, 8, memory_bytes=LIMIT), 128, 2, "positional"),
+    ("one GPU", SMALL, a_cluster(1, 1, memory_bytes=LIMIT), 1, 1, "default"),
+    ("none fits", TWENTY_FOUR, a_cluster(24, 8, memory_bytes=LIMIT), 48, 1, "positional"),
+    ("none valid", SIXTEEN, a_cluster(32, 8, memory_bytes=LIMIT), 3, 2, "keywords"),
 ]
 REPEATED = 1  # CASES[REPEATED] again after the others: calls keep no state
 TARGETS = {
@@ -159,12 +159,12 @@ def stand_in_estimate(seed: int, index: int, case: dict, estimate_class):
     new ``estimate_class`` (the provided Estimate) of the case's table."""
     table = designed_table(seed, index, case)
 
-    def estimate(model, cluster_, batch, t, p, microbatch=1):
+    def estimate(model, cluster, batch, t, p, microbatch=1):  # the contract's parameter names: keywords work
         for value in (batch, t, p, microbatch):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"not an int >= 1: {value!r}")
         sizes = {field: getattr(model, field) for field in MODEL_FIELDS}
-        if not valid_plan(sizes, {"gpus": cluster_.gpus}, batch, t, p, microbatch):
+        if not valid_plan(sizes, {"gpus": cluster.gpus}, batch, t, p, microbatch):
             raise ValueError(f"(t, p) = ({t}, {p}) is not a valid plan for batch {batch}, microbatch {microbatch}")
         if (batch, microbatch) == (case["batch"], case["microbatch"]) and (t, p) in table:
             return estimate_class(**table[(t, p)])
