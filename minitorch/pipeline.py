@@ -629,30 +629,36 @@ def estimate(model: Model, cluster: Cluster, batch: int, t: int, p: int, microba
     traffic then leaves the node).
 
     Args:
-        model: a :class:`Model` (any sizes); not changed.
-        cluster: a :class:`Cluster` (any sizes and speeds); not changed.
+        model: a :class:`Model` (any sizes).
+        cluster: a :class:`Cluster` (any sizes and speeds, given as ints or floats).
         batch: the global batch, in sequences: an int >= 1.
         t, p: ints >= 1.
-        microbatch: sequences per microbatch: an int >= 1.
+        microbatch: sequences per microbatch: an int >= 1; 1 when left out.
 
     Returns:
-        A new :class:`Estimate`: the plan's ``t``, ``p``, ``d``; ``microbatches``, the
-        microbatches each pipeline runs per step; the five time terms in seconds
-        (``compute_s``, ``bubble_s``, ``tensor_parallel_s``, ``pipeline_s``,
-        ``data_parallel_s``) and the two memory terms per GPU in bytes (``state_bytes``,
-        ``activation_bytes``), each exactly what the write-up's cost model counts;
-        ``flops_per_gpu``, the model FLOPs one GPU does per step (recomputation included);
-        ``memory_limit``, the cluster's memory per GPU.
+        An :class:`Estimate` of the plan, each number what the write-up's cost model counts:
+
+        - ``t``, ``p``, ``d``: the plan; ``microbatches``: the microbatches each pipeline runs per step;
+        - ``flops_per_gpu``: the model FLOPs one GPU does per step (recomputation included);
+        - ``compute_s``: seconds of computing those FLOPs;
+        - ``bubble_s``: seconds of 1F1B's bubble;
+        - ``tensor_parallel_s``: seconds of the tensor-parallel all-reduces;
+        - ``pipeline_s``: seconds of the transfers between pipeline stages;
+        - ``data_parallel_s``: seconds of the data-parallel all-reduce of the gradients;
+        - ``state_bytes``: bytes of training state per GPU;
+        - ``activation_bytes``: bytes of activations per GPU;
+        - ``memory_limit``: the cluster's memory per GPU.
+
+        ``t``, ``p``, ``d`` and ``microbatches`` are ints, every other field a float.
 
     Guarantees:
         Every number within relative 1e-6 of the cost model's value (a term the model makes
-        zero is zero within 1e-9 of the step time or of the memory limit). Calls are
-        independent: no state is kept between them.
+        zero is zero within 1e-9 of the step time or of the memory limit). A call's result
+        depends only on its arguments: no state is kept between calls.
 
     Raises:
         ValueError: at the call, when ``batch``, ``t``, ``p`` or ``microbatch`` is not an
-            int >= 1 (a bool is not one), or when the plan is not valid; the message says
-            which condition failed.
+            int >= 1 (a bool or a numpy integer is not one), or when the plan is not valid.
     """
     # BEGIN SOLUTION 5.1
     for name, value in (("batch", batch), ("t", t), ("p", p), ("microbatch", microbatch)):
@@ -689,7 +695,7 @@ def estimate(model: Model, cluster: Cluster, batch: int, t: int, p: int, microba
         compute_s=compute, bubble_s=compute * (p - 1) / m,
         tensor_parallel_s=tensor_parallel, pipeline_s=pipeline, data_parallel_s=data_parallel,
         state_bytes=16 * local_parameters, activation_bytes=stored_inputs + working_layer,
-        flops_per_gpu=flops_per_gpu, memory_limit=cluster.memory_bytes,
+        flops_per_gpu=flops_per_gpu, memory_limit=float(cluster.memory_bytes),
     )
     # END SOLUTION
 
@@ -703,20 +709,20 @@ def best_plan(model: Model, cluster: Cluster, batch: int, microbatch: int = 1) -
     ones this module's ``estimate`` returns for it, looked up when ``best_plan`` runs.
 
     Args:
-        model, cluster: as for :func:`estimate`; not changed.
-        batch, microbatch: ints >= 1, as for :func:`estimate`.
+        model, cluster: as for :func:`estimate`.
+        batch, microbatch: ints >= 1, as for :func:`estimate` (``microbatch`` 1 when left out).
 
     Returns:
-        The :class:`Estimate` of the fitting plan with the smallest ``step_s`` (when several
-        are within relative 1e-9 of the smallest, any one of them), or ``None`` when no valid
-        plan fits, including when no plan is valid at all.
+        The :class:`Estimate` that ``estimate`` returns for the fitting plan with the smallest
+        ``step_s`` (when several are within relative 1e-9 of the smallest, any one of them),
+        or ``None`` when no valid plan fits, including when no plan is valid at all.
 
     Guarantees:
-        Calls are independent: no state is kept between them.
+        A call's result depends only on its arguments: no state is kept between calls.
 
     Raises:
         ValueError: at the call, when ``batch`` or ``microbatch`` is not an int >= 1 (a bool
-            is not one).
+            or a numpy integer is not one).
     """
     # BEGIN SOLUTION 5.2
     for name, value in (("batch", batch), ("microbatch", microbatch)):
