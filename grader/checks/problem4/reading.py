@@ -7,6 +7,7 @@ contract admits.
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 from grader.checks.recording import provided
 
@@ -35,7 +36,7 @@ def read_schedule(schedule) -> dict:
     (a fact) or "", "types": {"schedule", "rows", "actions", "numbers", "kinds": type names}}``."""
     types: dict[str, set] = {"schedule": {type_name(schedule)}, "rows": set(), "actions": set(), "numbers": set(),
                              "kinds": set()}
-    facts = {"rows": None, "unreadable": "", "types": types}
+    facts: dict[str, Any] = {"rows": None, "unreadable": "", "types": types}
     if isinstance(schedule, (str, bytes)) or not hasattr(schedule, "__iter__"):
         facts["unreadable"] = f"not iterable: {type_name(schedule)}"
         return _plain(facts)
@@ -74,7 +75,7 @@ def _short(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _plain(facts: dict) -> dict:
+def _plain(facts: dict[str, Any]) -> dict:
     return {**facts, "types": {level: sorted(names) for level, names in facts["types"].items()}}
 
 

@@ -64,7 +64,7 @@ RECOMPUTE_CASES = [
     RecomputeCase(7, None, 0.2),  # round(sqrt(7)) = 3 segments; int(sqrt(7)) = 2
     RecomputeCase(10, None, 0.2),  # round(sqrt(10)) = 3 segments; ceil(sqrt(10)) = 4
     RecomputeCase(8, 3, 0.2, kind="functions", function_every=2, input_grad=False),
-    RecomputeCase(6, 2, 0.2, kind="frozen", container="tuple"),
+    RecomputeCase(6, 2, 0.2, kind="frozen", container="tuple", warm_up=True),
     RecomputeCase(4, 2, 0.3, kind="no-params", input_grad=True, container="ModuleList"),
     RecomputeCase(5, 2, 0.2, shape=(), dtype="float32", container="Sequential"),
     RecomputeCase(4, None, 0.2, shape=(2, 3), transposed=True, warm_up=True),

@@ -13,7 +13,12 @@ from grader.checks.problem4 import reading
 from grader.checks.problem4.one_thread import single_threaded
 from grader.checks.problem4.recompute import cases as table
 from grader.checks.problem4.recompute.layers import (
-    WIDTH, GraderLayer, as_passed, build_case, parameters, preset_gradients,
+    WIDTH,
+    GraderLayer,
+    as_passed,
+    build_case,
+    parameters,
+    preset_gradients,
 )
 from grader.checks.problem4.recompute.measure import measure
 from grader.checks.problem4.recompute.runs import clone, finish, plain_run
@@ -32,7 +37,7 @@ def _student():
 
 
 @contextlib.contextmanager
-def _torch_checkpoint_refused(used: list):
+def _torch_checkpoint_refused(used: list[str]):
     """``torch.utils.checkpoint``'s entry points raise while the block runs; each call is
     appended to ``used`` (a refusal the student's code catches is still on record)."""
     saved = {name: getattr(torch_checkpoint, name) for name in REFUSED if hasattr(torch_checkpoint, name)}
@@ -47,13 +52,13 @@ def _torch_checkpoint_refused(used: list):
 
     for name in saved:
         setattr(torch_checkpoint, name, refusing(name))
-    torch_checkpoint.CheckpointFunction.forward = staticmethod(refusing("CheckpointFunction"))
+    torch_checkpoint.CheckpointFunction.forward = staticmethod(refusing("CheckpointFunction"))  # type: ignore[method-assign]
     try:
         yield
     finally:
         for name, value in saved.items():
             setattr(torch_checkpoint, name, value)
-        torch_checkpoint.CheckpointFunction.forward = original_forward
+        torch_checkpoint.CheckpointFunction.forward = original_forward  # type: ignore[method-assign]
 
 
 def _call(student, layers, x, segments, keyword: bool = False):
@@ -68,18 +73,22 @@ def _call(student, layers, x, segments, keyword: bool = False):
 
 
 def _warm_up(student, layers, case: table.RecomputeCase) -> None:
-    """Use the layers once with another input shape and segment count, then forget the grads."""
+    """Use the layers once with another input shape and segment count, then forget the grads
+    and put back which parameters are frozen: a call that changes that is
+    4.3-caller-unchanged's concern, not this run's."""
+    frozen = [(parameter, parameter.requires_grad) for parameter in parameters(layers)]
     x = torch.randn(3, 1, WIDTH, dtype=getattr(torch, case.dtype), requires_grad=True)
     _call(student, as_passed(layers, case), x, len(layers)).sum().backward()
-    for parameter in parameters(layers):
+    for parameter, requires_grad in frozen:
         parameter.grad = None
+        parameter.requires_grad_(requires_grad)
 
 
 @single_threaded
 def observe_bit_identical(seed: int, params: dict) -> dict:
     """Per case: the plain run and the student's checkpointed run (value, requires_grad,
     gradients, which tensors hold a ``.grad``, RNG states)."""
-    student, used = _student(), []
+    student, used = _student(), list[str]()
     results = []
     with _torch_checkpoint_refused(used):
         for index, case in enumerate(table.recompute_cases(seed)):
@@ -101,7 +110,7 @@ def observe_bit_identical(seed: int, params: dict) -> dict:
 def observe_stored_activations(seed: int, params: dict) -> dict:
     """Activation storages alive after the checkpointed forward, during its backward and
     after it (the parent measures the plain run itself)."""
-    student, used = _student(), []
+    student, used = _student(), list[str]()
     results = []
     with _torch_checkpoint_refused(used):
         for index in table.MEMORY_CASES:
@@ -116,7 +125,7 @@ def observe_stored_activations(seed: int, params: dict) -> dict:
 def observe_count(seed: int, params: dict) -> dict:
     """How often each grader layer ran during the checkpointed forward and during backward,
     and in which order backward ran them."""
-    student, used = _student(), []
+    student, used = _student(), list[str]()
     results = []
     with _torch_checkpoint_refused(used):
         for index in table.COUNT_CASES:
@@ -132,7 +141,7 @@ def observe_count(seed: int, params: dict) -> dict:
 
 def observe_arguments(seed: int, params: dict) -> dict:
     """What the student's ``checkpoint_sequential`` does with each bad call and each valid one."""
-    student, used = _student(), []
+    student, used = _student(), list[str]()
     tanh = nn.Tanh()  # a module: plain-function layers are 4.3-bit-identical's, not this criterion's
     values = {"[]": [], "[tanh]": [tanh], "[tanh] * 3": [tanh] * 3, "[3]": [3], "[tanh, 3]": [tanh, 3],
               "x": torch.ones(2, 3), "[[1.0]]": [[1.0]]}
@@ -149,7 +158,7 @@ def observe_arguments(seed: int, params: dict) -> dict:
 def observe_caller(seed: int, params: dict) -> dict:
     """The caller's tensors after the checkpointed forward and backward, and a second
     backward through the same graph without zeroing the gradients in between."""
-    student, used = _student(), []
+    student, used = _student(), list[str]()
     results = []
     with _torch_checkpoint_refused(used):
         for label, input_grad, frozen, segments in table.CALLER_CASES:
@@ -164,10 +173,10 @@ def observe_caller(seed: int, params: dict) -> dict:
 
 def _caller_run(student, layers, x, segments: int) -> dict:
     before = x.detach().clone()
-    torch.manual_seed(0)
-    output = _call(student, layers, x, segments)
     tensors = [*parameters(layers), x]
     record = {"requires_grad": [t.requires_grad for t in tensors], "first": [], "second": "not tried", "again": []}
+    torch.manual_seed(0)
+    output = _call(student, layers, x, segments)
     try:
         output.sum().backward(retain_graph=True)
     except RuntimeError as error:

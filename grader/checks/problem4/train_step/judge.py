@@ -58,7 +58,7 @@ def _sequential(seed: int, case: table.TrainCase) -> tuple[float, list]:
 
 def _judge_report(report, rows: list, case: table.TrainCase, loss: float, predicted: list, what: str) -> None:
     if report["provided"] is not True:
-        raise Fail(f"{what}: train_step returned {str(report['type'])[:60]}; the contract returns the executor's "
+        raise Fail(f"{what}: train_step returned a {str(report['type'])[-60:]}; the contract returns the executor's "
                    "StepReport")
     if report["loss"] is None or not math.isclose(report["loss"], loss, rel_tol=1e-9, abs_tol=1e-12):
         raise Fail(f"{what}: the step reports loss {report['loss']} ({str(report['loss_type'])[:40]}); the mean loss of "
@@ -75,8 +75,9 @@ def _judge_report(report, rows: list, case: table.TrainCase, loss: float, predic
 
 def _judge_run(entry, case: table.TrainCase, seed: int, pieces: str) -> None:
     what = case.describe()
-    planned = [[] for _ in range(case.devices)]
+    planned: list[list[str]] = [[] for _ in range(case.devices)]
     predicted = [0.0] * case.devices
+    steps = []
     for microbatches, step in zip(case.sizes(), list(entry["steps"]) + [None] * 2):
         if step is None:
             raise Fail(f"{what}: the grader's record holds fewer steps than it ran")
@@ -84,17 +85,19 @@ def _judge_run(entry, case: table.TrainCase, seed: int, pieces: str) -> None:
         if step["error"] is not None:
             raise Fail(f"{what}: train_step raised {str(step['error'])[:400]} (following {whose})")
         timeline = judging.simulate(rows, f"{what}: {whose}", microbatches, case.chunks)
-        loss, _ = _sequential(seed, case)
-        _judge_report(step["report"], rows, case, loss, timeline.peak_in_flight, what)
         for device, row in enumerate(rows):
             planned[device] += [f"{kind}{stage}" for stage, kind, _ in row]
         predicted = [max(a, b) for a, b in zip(predicted, timeline.peak_in_flight)]
+        steps.append((step["report"], rows, timeline.peak_in_flight))
     _judge_order(entry, planned, whose, what)
     measured = list(entry["peaks"])
     if len(measured) != len(predicted) or any(abs(a - b) > 1e-9 for a, b in zip(measured, predicted)):
         raise Fail(f"{what}: peak activations held per device, measured {measured}; the simulator predicts "
                    f"{predicted} for {whose}")
-    _judge_gradients(entry, case, seed, what)
+    loss, grads = _sequential(seed, case)
+    for report, rows, peaks in steps:
+        _judge_report(report, rows, case, loss, peaks, what)
+    _judge_gradients(entry, case, seed, grads, what)
 
 
 def _judge_order(entry, planned: list, whose: str, what: str) -> None:
@@ -111,8 +114,7 @@ def _judge_order(entry, planned: list, whose: str, what: str) -> None:
             )
 
 
-def _judge_gradients(entry, case: table.TrainCase, seed: int, what: str) -> None:
-    _, grads = _sequential(seed, case)
+def _judge_gradients(entry, case: table.TrainCase, seed: int, grads: list, what: str) -> None:
     if case.preset:
         stages, _, _ = table.build(seed, case.devices, case.chunks, case.microbatches)
         table.preset(stages)

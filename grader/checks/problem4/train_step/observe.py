@@ -6,7 +6,6 @@ fallback, only after the student's own pieces failed) the grader's builders are 
 place, and the parent judges the step against the grader's schedules."""
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from grader.checks.problem4 import reading
@@ -58,19 +57,19 @@ def _run_case(student, seed: int, case: table.TrainCase, pieces: str) -> dict:
         for microbatches in case.sizes():
             function, arguments = table.schedule_call(case.devices, case.chunks, microbatches)
             step: dict = {"schedule": None, "report": None, "error": None}
+            steps.append(step)
             if pieces != "grader":
                 try:
                     step["schedule"] = reading.read_schedule(getattr(student, function)(*arguments))
-                except Exception as error:  # noqa: BLE001 - the parent says the schedule could not be had
+                except Exception as error:  # noqa: BLE001 - no schedule to follow: the parent says why
                     step["schedule"] = {"raised": _error(error)[:400]}
+                    break
             try:
                 step["report"] = _report(student.train_step(workers, passed, inputs, targets, table.mse, microbatches))
             except NotImplementedError:
                 raise
             except Exception as error:  # noqa: BLE001 - the parent words it, with the schedule's state
                 step["error"] = _error(error)[:400]
-            steps.append(step)
-            if step["error"] is not None:
                 break
     grads = [None if p.grad is None else p.grad.detach().clone() for stage in stages for p in stage.parameters()]
     return {"steps": steps, "events": log.events, "peaks": log.peaks, "grads": grads}
@@ -94,6 +93,8 @@ def _failing_stage(student) -> dict:
             student.train_step(workers, stages, inputs, targets, table.mse, microbatches)
         except table.StageFailure:
             return {"raised": "the stage's", "seconds": trusted.perf_counter() - start}
+        except NotImplementedError:
+            raise
         except Exception as error:  # noqa: BLE001 - a fact for the parent
             return {"raised": _error(error)[:400], "seconds": trusted.perf_counter() - start}
     return {"raised": None, "seconds": trusted.perf_counter() - start}
@@ -106,6 +107,9 @@ def observe_step(seed: int, params: dict) -> dict:
     student, pieces = _student(), params.get("pieces", "own")
     with grader_builders(student, ("one_f_one_b", "interleaved_one_f_one_b"), pieces):
         cases = [{"case": index, **_run_case(student, seed, case, pieces)} for index, case in enumerate(table.CASES)]
+        if any(isinstance(step["schedule"], dict) and "raised" in step["schedule"]
+               for case in cases for step in case["steps"]):
+            return {"pieces": pieces, "cases": cases, "bad": [], "failing": {}}  # no schedule of the student's to use
         bad = [_bad_call(student, *entry) for entry in table.BAD]
         failing = _failing_stage(student)
     return {"pieces": pieces, "cases": cases, "bad": bad, "failing": failing}
