@@ -47,7 +47,7 @@ def _schedule(step, case: table.TrainCase, microbatches: int, pieces: str, what:
 
 def _sequential(seed: int, case: table.TrainCase) -> tuple[float, list]:
     """The batch through all stages without a pipeline: the loss and every parameter's gradient."""
-    stages, inputs, targets = table.build(seed, case.devices, case.chunks, case.microbatches)
+    stages, inputs, targets = table.build(seed, case.devices, case.chunks, case.microbatches, case.rows)
     h = inputs
     for stage in stages:
         h = stage(h)
@@ -116,7 +116,7 @@ def _judge_order(entry, planned: list, whose: str, what: str) -> None:
 
 def _judge_gradients(entry, case: table.TrainCase, seed: int, grads: list, what: str) -> None:
     if case.preset:
-        stages, _, _ = table.build(seed, case.devices, case.chunks, case.microbatches)
+        stages, _, _ = table.build(seed, case.devices, case.chunks, case.microbatches, case.rows)
         table.preset(stages)
         start = [p.grad for stage in stages for p in stage.parameters()]
     else:

@@ -45,7 +45,7 @@ def _error(error: BaseException) -> str:
 
 
 def _run_case(student, seed: int, case: table.TrainCase, pieces: str) -> dict:
-    stages, inputs, targets = table.build(seed, case.devices, case.chunks, case.microbatches)
+    stages, inputs, targets = table.build(seed, case.devices, case.chunks, case.microbatches, case.rows)
     if case.preset:
         table.preset(stages)
     log = table.StepLog(case.devices, case.chunks)

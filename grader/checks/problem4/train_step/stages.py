@@ -15,7 +15,8 @@ TIMEOUT = 10.0  # the StageWorkers' limit: a stuck step fails well inside the cr
 class TrainCase:
     """``devices`` x ``chunks`` stages, ``microbatches`` M. ``container``: how the stages are
     passed; ``preset``: gradients already there (the step adds to them); ``then``: a second
-    step on the same stages with this M (training twice, another size)."""
+    step on the same stages with this M (training twice, another size); ``rows``: the batch
+    (default 2M + 1: microbatches of unequal size)."""
 
     devices: int
     chunks: int
@@ -23,6 +24,7 @@ class TrainCase:
     container: str = "list"
     preset: bool = False
     then: int | None = None
+    rows: int | None = None
 
     def describe(self) -> str:
         words = [f"train_step on {self.devices} devices x {self.chunks} chunks, M = {self.microbatches}"]
@@ -32,6 +34,8 @@ class TrainCase:
             words.append(f"stages passed as a {self.container}")
         if self.preset:
             words.append("gradients already there before the step")
+        if self.rows is not None:
+            words.append(f"a batch of {self.rows} rows")
         return ", ".join(words)
 
     def sizes(self) -> list[int]:
@@ -42,6 +46,7 @@ CASES = [  # v = 1 with M < K, M = K, M not a multiple of K; the smallest; every
     TrainCase(2, 1, 4), TrainCase(3, 1, 5, container="tuple"), TrainCase(4, 1, 2, preset=True),
     TrainCase(2, 2, 4, container="ModuleList"), TrainCase(3, 2, 3), TrainCase(2, 3, 2, preset=True),
     TrainCase(1, 1, 1), TrainCase(1, 2, 3), TrainCase(2, 1, 3, then=5), TrainCase(2, 2, 2, then=4, preset=True),
+    TrainCase(3, 1, 3, rows=3),  # batch = M: one row per microbatch
 ]
 # (label, devices, number of stages, M): the step must raise (not return, not hang)
 BAD = [("3 stages on 2 devices", 2, 3, 2), ("no stages", 2, 0, 2), ("M = 3 with 2 devices x 2 chunks", 2, 4, 3),
@@ -99,11 +104,11 @@ class StepLog:
         self.peaks[device] = max(self.peaks[device], self.held[device] / self.num_chunks)
 
 
-def build(seed: int, devices: int, chunks: int, microbatches: int):
+def build(seed: int, devices: int, chunks: int, microbatches: int, rows: int | None = None):
     """The stages, inputs and targets of a training case (the parent rebuilds them)."""
     generator = torch.Generator().manual_seed(seed * 10 + devices * 100 + chunks * 10 + microbatches)
     stages = [RecordingStage(generator, s, devices) for s in range(devices * chunks)]
-    batch = 2 * max(microbatches, 1) + 1  # microbatches of unequal size
+    batch = 2 * max(microbatches, 1) + 1 if rows is None else rows
     inputs = torch.randn(batch, WIDTH, generator=generator, dtype=torch.float64)
     targets = torch.randn(batch, WIDTH, generator=generator, dtype=torch.float64)
     return stages, inputs, targets
