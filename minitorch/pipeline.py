@@ -465,7 +465,7 @@ class CheckpointSegment(torch.autograd.Function):
     - Nothing the caller can see changes: ``x`` keeps its values and its
       ``requires_grad``, every ``params`` tensor keeps its ``requires_grad``, no tensor
       that does not require grad gets a ``.grad``, and a second backward through the
-      same graph (``retain_graph=True``) adds the same gradients again.
+      same graph (``retain_graph=True``) gives the same gradients again.
     """
 
     @staticmethod

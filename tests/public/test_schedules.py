@@ -10,6 +10,7 @@ broke, the case, and what was expected. On the starter kit every test here fails
 NotImplementedError. ``@pytest.mark.criterion(...)`` names the grader's criteria whose kind
 of mistake a test catches; the grader tries more cases of the same promises.
 """
+import contextlib
 import copy
 import math
 
@@ -63,6 +64,18 @@ def check_new_lists_of_actions(function, arguments):
     assert again == kept, (
         f"{call} called again, after the caller emptied the lists the first call returned, returned {again!r:.120}; "
         f"expected the same schedule as the first time: each call returns new lists")
+
+
+def call_valid_twin(function, args):
+    """Call ``function`` with the valid arguments equal to ``args`` (2.0 == 2, True == 1,
+    numpy.int64(4) == 4) first, when there are such: a cache keyed on equal values must not
+    answer the bad call without checking it."""
+    try:
+        twin = tuple(int(value) for value in args)
+    except (TypeError, ValueError):
+        return
+    if all(value >= 1 for value in twin) and (len(twin) < 3 or twin[1] % twin[0] == 0):
+        function(*twin)
 
 
 def raises_value_error(call, text, wrong):
@@ -145,10 +158,31 @@ def test_one_f_one_b_returns_new_lists_of_actions(num_stages, num_microbatches):
     ((np.int64(4), 8), "K is a numpy integer (Python ints only)"),
 ])
 def test_one_f_one_b_bad_arguments(args, wrong):
+    call_valid_twin(one_f_one_b, args)
     raises_value_error(lambda: one_f_one_b(*args), f"one_f_one_b{args!r}", wrong)
 
 
 # ---------------------------------------------------------------- Problem 4.2
+
+
+@contextlib.contextmanager
+def own_one_f_one_b_or_a_stand_in(num_stages, num_microbatches):
+    """Your ``one_f_one_b`` when it returns a valid schedule of new ``Action`` lists for these
+    sizes; otherwise (the 4.1 tests say why) a GPipe order stands in for it, so that a 4.2 test
+    whose v = 1 your interleaved builder hands on to ``one_f_one_b`` judges 4.2's code alone, as
+    the grader does (it puts its own 1F1B there when yours fails)."""
+    from minitorch import pipeline
+
+    try:
+        check_new_lists_of_actions(pipeline.one_f_one_b, (num_stages, num_microbatches))
+        schedules.simulate(pipeline.one_f_one_b(num_stages, num_microbatches))
+        yours = True
+    except Exception:  # noqa: BLE001 - any failure of 4.1's: the stand-in is used
+        yours = False
+    with pytest.MonkeyPatch.context() as patch:
+        if not yours:
+            patch.setattr(pipeline, "one_f_one_b", schedules.gpipe)
+        yield
 
 
 @pytest.mark.problem_4_2
@@ -158,7 +192,8 @@ def test_one_f_one_b_bad_arguments(args, wrong):
 def test_interleaved_valid_and_bubble_divided_by_v(num_stages, groups, num_chunks):
     num_microbatches = groups * num_stages
     call = f"interleaved_one_f_one_b({num_stages}, {num_microbatches}, {num_chunks})"
-    schedule = interleaved_one_f_one_b(num_stages, num_microbatches, num_chunks)
+    with own_one_f_one_b_or_a_stand_in(num_stages, num_microbatches):
+        schedule = interleaved_one_f_one_b(num_stages, num_microbatches, num_chunks)
     timeline = simulated(schedule, call, num_microbatches=num_microbatches, num_chunks=num_chunks)
     expected = (num_microbatches + (num_stages - 1) / num_chunks) * 3.0
     assert timeline.makespan == pytest.approx(expected, rel=1e-9), (
@@ -201,7 +236,8 @@ def test_interleaved_stage_numbering():
 @pytest.mark.criterion("4.2-interleaved")
 @pytest.mark.parametrize("num_stages, num_microbatches, num_chunks", [(1, 1, 1), (4, 8, 2), (2, 4, 1)])
 def test_interleaved_returns_new_lists_of_actions(num_stages, num_microbatches, num_chunks):
-    check_new_lists_of_actions(interleaved_one_f_one_b, (num_stages, num_microbatches, num_chunks))
+    with own_one_f_one_b_or_a_stand_in(num_stages, num_microbatches):
+        check_new_lists_of_actions(interleaved_one_f_one_b, (num_stages, num_microbatches, num_chunks))
 
 
 @pytest.mark.problem_4_2
@@ -212,6 +248,7 @@ def test_interleaved_returns_new_lists_of_actions(num_stages, num_microbatches, 
     ((4, 8, np.int64(2)), "v is a numpy integer (Python ints only)"),
 ])
 def test_interleaved_bad_arguments(args, wrong):
+    call_valid_twin(interleaved_one_f_one_b, args)
     raises_value_error(lambda: interleaved_one_f_one_b(*args), f"interleaved_one_f_one_b{args!r}", wrong)
 
 
@@ -509,7 +546,7 @@ def test_checkpoint_input_that_is_not_a_tensor():
 @pytest.mark.problem_4_3
 @pytest.mark.criterion("4.3-caller-unchanged")
 @pytest.mark.parametrize("input_grad, frozen", [(False, False), (True, False), (True, True)])
-def test_callers_tensors_unchanged_and_a_second_backward_adds_the_same_gradients(input_grad, frozen):
+def test_callers_tensors_unchanged_and_a_second_backward_gives_the_same_gradients(input_grad, frozen):
     layers = tanh_dropout_layers(4)
     if frozen:
         layers[0].requires_grad_(False)
@@ -525,14 +562,16 @@ def test_callers_tensors_unchanged_and_a_second_backward_adds_the_same_gradients
     assert not switched, f"{case}: afterwards the frozen layer's parameters {switched} require grad or have a .grad"
     wanted = [p for layer in layers for p in layer.parameters() if p.requires_grad]
     first = [p.grad.clone() for p in wanted]
+    for p in wanted:
+        p.grad = None
     try:
         output.sum().backward()
     except RuntimeError as error:
         pytest.fail(f"{case}: a second backward (retain_graph=True the first time) failed: {error}")
     for index, (p, once) in enumerate(zip(wanted, first)):
-        assert torch.equal(p.grad, 2 * once), (
-            f"{case}: after a second backward without zeroing, parameter {index}'s .grad is not twice the first "
-            "backward's: each backward adds the same gradients again")
+        assert torch.equal(p.grad, once), (
+            f"{case}: the second backward gives parameter {index} another gradient than the first (differs by up to "
+            f"{(p.grad - once).abs().max().item():.3g})")
 
 
 # ---------------------------------------------------------------- Problem 4.4

@@ -6,7 +6,7 @@ contract admits.
 """
 from __future__ import annotations
 
-import numbers
+import operator
 from typing import Any
 
 from grader.checks.recording import provided
@@ -23,12 +23,14 @@ def type_name(value) -> str:
 
 
 def _number(value):
-    """An integral number as an int (the type is recorded apart), else None."""
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
+    """An integral number (an int, a numpy or 0-d torch integer, an integral float) as an
+    int, the type being recorded apart; None for anything else."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def read_schedule(schedule) -> dict:

@@ -246,8 +246,7 @@ def test_gradients_cleared_before_the_backward_fail(student):
     student(make_checkpoint(zero_first=True))
     fails("4.3-bit-identical", r"gradients already there from an earlier backward .*: grad of parameter 0 is not "
                                r"bit-identical")
-    fails("4.3-caller-unchanged", r"a second backward without zeroing the gradients in between leaves parameter 0 with "
-                                  r"another .grad than twice the first")
+    run_check("4.3-caller-unchanged")  # where gradients go is 4.3-bit-identical's
 
 
 def test_recomputing_twice_fails_count(student):

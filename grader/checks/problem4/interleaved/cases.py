@@ -32,5 +32,7 @@ BAD = [
     ("(1, True, 1)", (1, True, 1)), ("(4, '8', 2)", (4, "8", 2)), ("(4, 8, None)", (4, 8, None)),
     ("(4, 8, numpy.int64(2))", (4, 8, np.int64(2))), ("(numpy.int64(2), 4, 2)", (np.int64(2), 4, 2)),
 ]
-# (label, arguments): valid, the smallest and a large one included; each must return
-VALID = [("(1, 1, 1)", (1, 1, 1)), ("(4, 8, 2)", (4, 8, 2)), ("(3, 6, 1)", (3, 6, 1)), ("(8, 16, 8)", (8, 16, 8))]
+# (label, arguments): valid, the smallest and a large one included, and the int twins of the bad
+# calls (called first: a cache keyed on equal values cannot answer a bad call unchecked); each must return
+VALID = [("(1, 1, 1)", (1, 1, 1)), ("(4, 8, 2)", (4, 8, 2)), ("(3, 6, 1)", (3, 6, 1)), ("(8, 16, 8)", (8, 16, 8)),
+         ("(4, 8, 1)", (4, 8, 1)), ("(1, 2, 2)", (1, 2, 2)), ("(2, 4, 2)", (2, 4, 2))]

@@ -25,11 +25,11 @@ def observe_schedule(seed: int, params: dict) -> dict:
 
 
 def observe_arguments(seed: int, params: dict) -> dict:
-    """What each bad call and each valid call did."""
+    """What each valid call, then each bad call did (dicts keep this order)."""
     student = _module()
     with grader_builders(student, ("one_f_one_b",), params.get("pieces", "own")):
         function = student.interleaved_one_f_one_b
         return {
-            "bad": [{"case": label, **reading.outcome(lambda args=args: function(*args))} for label, args in cases.BAD],
             "valid": [{"case": label, **reading.outcome(lambda args=args: function(*args))} for label, args in cases.VALID],
+            "bad": [{"case": label, **reading.outcome(lambda args=args: function(*args))} for label, args in cases.BAD],
         }

@@ -24,5 +24,8 @@ BAD = [
     ("('4', 8)", ("4", 8)), ("(4, None)", (4, None)), ("(numpy.int64(4), 8)", (np.int64(4), 8)),
     ("(4, numpy.int32(8))", (4, np.int32(8))),
 ]
-# (label, arguments): valid, the smallest and a large one included; each must return
-VALID = [("(1, 1)", (1, 1)), ("(4, 8)", (4, 8)), ("(3, 5)", (3, 5)), ("(16, 64)", (16, 64))]
+# (label, arguments): valid, the smallest and a large one included, and the int twins of the bad
+# calls (2.0 == 2, True == 1, numpy.int64(4) == 4): called first, so that a cache keyed on equal
+# values cannot answer a bad call without checking it. Each must return.
+VALID = [("(1, 1)", (1, 1)), ("(4, 8)", (4, 8)), ("(3, 5)", (3, 5)), ("(16, 64)", (16, 64)), ("(2, 4)", (2, 4)),
+         ("(4, 3)", (4, 3)), ("(1, 4)", (1, 4)), ("(4, 1)", (4, 1))]

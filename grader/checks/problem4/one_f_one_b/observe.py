@@ -29,7 +29,7 @@ def observe_peak(seed: int, params: dict) -> dict:
 
 
 def observe_arguments(seed: int, params: dict) -> dict:
-    """What each bad call and each valid call did."""
+    """What each valid call, then each bad call did (dicts keep this order)."""
     function = _student()
-    return {"bad": [{"case": label, **reading.outcome(lambda args=args: function(*args))} for label, args in cases.BAD],
-            "valid": [{"case": label, **reading.outcome(lambda args=args: function(*args))} for label, args in cases.VALID]}
+    return {"valid": [{"case": label, **reading.outcome(lambda args=args: function(*args))} for label, args in cases.VALID],
+            "bad": [{"case": label, **reading.outcome(lambda args=args: function(*args))} for label, args in cases.BAD]}

@@ -116,6 +116,7 @@ BAD = [
     ("([tanh] * 3, x, segments=numpy.int64(2))", "[tanh] * 3", "x", np.int64(2)),
     ("([3], x)", "[3]", "x", None), ("([tanh, 3], x)", "[tanh, 3]", "x", None), ("([tanh], [[1.0]])", "[tanh]", "[[1.0]]", None),
 ]
-# Valid calls at the edges of the same rules: each must return
+# Valid calls at the edges of the same rules, and the int twins of the bad segments (called
+# first: a cache keyed on equal values cannot answer a bad call unchecked); each must return
 VALID = [("([tanh] * 3, x, segments=3)", "[tanh] * 3", "x", 3), ("([tanh] * 3, x, segments=1)", "[tanh] * 3", "x", 1),
-         ("([tanh], x)", "[tanh]", "x", None)]
+         ("([tanh] * 3, x, segments=2)", "[tanh] * 3", "x", 2), ("([tanh], x)", "[tanh]", "x", None)]

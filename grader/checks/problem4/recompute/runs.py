@@ -28,7 +28,7 @@ def finish(layers, x, output, case: RecomputeCase) -> dict:
     ``torch.autograd.grad`` (then also which tensors have a ``.grad`` afterwards)."""
     output = student_tensor(output, "checkpoint_sequential")
     record = {"output": output.detach().clone(), "requires_grad": output.requires_grad,
-              "rng_after_forward": torch.get_rng_state()}
+              "x_requires_grad": x.requires_grad, "rng_after_forward": torch.get_rng_state()}
     tensors = [x, *parameters(layers)]
     grads: list = [None] * len(tensors)
     if output.requires_grad:
