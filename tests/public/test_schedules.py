@@ -225,6 +225,19 @@ def test_interleaved_memory_k4_m8_v2_as_megatron():
 
 @pytest.mark.problem_4_2
 @pytest.mark.criterion("4.2-interleaved")
+@pytest.mark.parametrize("num_stages, num_microbatches", [(4, 8), (3, 3), (2, 6)])
+def test_interleaved_with_one_chunk_is_plain_1f1b(num_stages, num_microbatches):
+    call = f"interleaved_one_f_one_b({num_stages}, {num_microbatches}, 1)"
+    with own_one_f_one_b_or_a_stand_in(num_stages, num_microbatches):
+        timeline = simulated(interleaved_one_f_one_b(num_stages, num_microbatches, 1), call)
+    expected = [min(num_stages - d, num_microbatches) for d in range(num_stages)]
+    assert timeline.peak_in_flight == expected, (
+        f"{call}: peak microbatches held per device {timeline.peak_in_flight}; v = 1 is plain 1F1B, which holds "
+        f"min(K - d, M) = {expected}" + picture(timeline))
+
+
+@pytest.mark.problem_4_2
+@pytest.mark.criterion("4.2-interleaved")
 def test_interleaved_stage_numbering():
     schedule = interleaved_one_f_one_b(2, 2, 2)
     stages = [sorted({a.stage for a in row}) for row in schedule]
@@ -366,7 +379,8 @@ def test_output_dtype_and_requires_grad_as_the_plain_run(dtype, layers_need_grad
         layer.requires_grad_(layers_need_grad)
     x = torch.randn(4, 12, dtype=dtype, requires_grad=input_grad)
     case = f"3 layers, segments=2, a {dtype} input with requires_grad={input_grad}, parameters requires_grad={layers_need_grad}"
-    plain, mine = run_layers(layers, x), checkpoint_sequential(layers, x, 2)
+    mine = checkpoint_sequential(layers, x, 2)
+    plain = run_layers(layers, x)  # after your call: an x switched to requires_grad is 4.3-caller-unchanged's
     assert (mine.dtype, tuple(mine.shape), mine.requires_grad) == (plain.dtype, tuple(plain.shape), plain.requires_grad), (
         f"{case}: the output has dtype {mine.dtype}, shape {list(mine.shape)}, requires_grad={mine.requires_grad}; the "
         f"plain run's has {plain.dtype}, {list(plain.shape)}, requires_grad={plain.requires_grad}")
@@ -553,14 +567,17 @@ def test_callers_tensors_unchanged_and_a_second_backward_gives_the_same_gradient
     x = torch.randn(5, 12, dtype=torch.float64, requires_grad=input_grad)
     before = x.detach().clone()
     output = checkpoint_sequential(layers, x, 2)
-    output.sum().backward(retain_graph=True)
+    try:
+        output.sum().backward(retain_graph=True)
+    except RuntimeError as error:
+        pytest.skip(f"the first backward failed ({error}): the 4.3-bit-identical tests say why")
     case = f"4 layers, segments=2, an input with requires_grad={input_grad}" + (", layer 0 frozen" if frozen else "")
     assert x.requires_grad is input_grad, f"{case}: afterwards x.requires_grad is {x.requires_grad}; keep the caller's"
     assert input_grad or x.grad is None, f"{case}: afterwards x has a .grad although it does not require grad"
     assert torch.equal(x.detach(), before), f"{case}: the caller's x changed"
     switched = [i for i, p in enumerate(layers[0].parameters()) if frozen and (p.requires_grad or p.grad is not None)]
     assert not switched, f"{case}: afterwards the frozen layer's parameters {switched} require grad or have a .grad"
-    wanted = [p for layer in layers for p in layer.parameters() if p.requires_grad]
+    wanted = [p for layer in layers for p in layer.parameters() if p.grad is not None]  # which: 4.3-bit-identical's
     first = [p.grad.clone() for p in wanted]
     for p in wanted:
         p.grad = None
