@@ -747,6 +747,8 @@ def test_train_step_bad_arguments_raise(num_stages, num_microbatches, wrong):
     with StageWorkers(["cpu", "cpu"], timeout=20) as workers:
         try:
             train_step(workers, stages[:num_stages], x, y, F.mse_loss, num_microbatches)
+        except NotImplementedError:
+            raise  # the stub's, not the exception this test asks for
         except Exception:  # noqa: BLE001 - any class: the contract promises an exception, ValueError is typical
             return
     pytest.fail(f"train_step with {wrong}: it returned; the contract says it raises")
@@ -778,6 +780,8 @@ def test_an_error_in_a_stage_reaches_the_caller(monkeypatch):
         except ArithmeticError as error:
             assert "failed on purpose" in str(error), f"stage 1 raised ArithmeticError; the caller got {error!r}"
             return
+        except NotImplementedError:
+            raise  # the stub's
         except Exception as error:  # noqa: BLE001 - reported: the stage's own exception must arrive
             pytest.fail(f"train_step on 2 devices, stage 1 raising ArithmeticError in its second forward: the caller got "
                         f"{type(error).__name__}: {error}; expected the stage's own ArithmeticError")
