@@ -20,13 +20,14 @@ The child isolates itself before any student code runs, in this order:
 7. the grader's modules are taken out of ``sys.modules`` (the student's code cannot look up
    the hidden checks there), the provided modules the checks rely on are imported and handed
    to the checks' toolkit, writes to the watched modules start being recorded, what
-   reporting needs is made ready (``torch.save`` warmed up, descriptors reserved), and the
+   reporting needs is made ready (the encoder warmed up, descriptors reserved), and the
    objects the checks trust are noted (see :func:`grader.checks.identities`); then the
    marker says "started": any grader error reported after this point is forged.
 
 Then ``observe_<name>(seed, params)`` runs and its observation (or what went wrong) is
-written with ``torch.save``; the parent reads it with ``torch.load(weights_only=True)`` and
-is the only one that judges and writes results. Reporting uses the child's own streams and
+written as JSON plus safetensors (:mod:`grader.result_file`: no pickle, nothing that runs
+code or unfolds when read); the parent reads it back and is the only one that judges and
+writes results. Reporting uses the child's own streams and
 descriptors, never the student's ``sys.stdout``.
 """
 from __future__ import annotations
@@ -56,6 +57,7 @@ from grader import checks as toolkit
 from grader.checks import Fail
 from grader.processes import processes_of
 from grader.protocol import Kind
+from grader.result_file import encode
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
@@ -459,7 +461,7 @@ class NotPlain(TypeError):
 
 def plain_copy(value, path: str = "observation"):
     """``value`` rebuilt from plain containers, numbers, strings and plain CPU tensors;
-    NotPlain for anything else (it could not be loaded with weights_only)."""
+    NotPlain for anything else (the report format cannot hold it: see grader.result_file)."""
     if value is None or type(value) in (bool, int, float, str):
         return value
     if type(value) in (list, tuple):
@@ -474,17 +476,11 @@ def plain_copy(value, path: str = "observation"):
     raise NotPlain(f"{path} is a {type(value).__module__}.{type(value).__qualname__}, not plain data")
 
 
-def _serialised(envelope: dict) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(envelope, buffer)
-    return buffer.getvalue()
-
-
 class _Reporter:
     """Writes the child's one envelope whatever the student's code did to the process.
 
-    Made before the student's code runs: ``torch.save`` is warmed up (its first call imports
-    modules, which needs free descriptors), a fallback envelope is serialised in advance, and
+    Made before the student's code runs: the encoder is warmed up (on a tensor, so that
+    nothing is imported later, when descriptors may be scarce), a fallback envelope is encoded in advance, and
     a few descriptors are reserved and given back only for reporting (a traceback reads the
     student's source), so code that opens descriptors up to the limit does not silence the
     child. It flushes the child's own streams, never the student's ``sys.stdout``.
@@ -492,7 +488,8 @@ class _Reporter:
 
     def __init__(self, fd: int, streams: tuple):
         self.fd, self.streams = fd, streams
-        self.fallback = _serialised({"kind": Kind.GARBAGE.value, "message": (
+        encode({"kind": Kind.OBSERVATION.value, "observation": (torch.zeros(1), 1.0, {1: None})})
+        self.fallback = encode({"kind": Kind.GARBAGE.value, "message": (
             "the grader could not save what your code's run produced (it could not be serialised)")})
         self.reserved = [os.open(os.devnull, os.O_RDONLY) for _ in range(RESERVED_DESCRIPTORS)]
 
@@ -510,7 +507,7 @@ class _Reporter:
         for stream in self.streams:
             _flush(stream)
         try:
-            data = memoryview(_serialised(envelope))
+            data = memoryview(encode(envelope))
         except BaseException:  # noqa: BLE001 - whatever the envelope holds, say it could not be saved
             data = memoryview(self.fallback)
         try:

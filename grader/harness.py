@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import io
 import multiprocessing
 import os
 import pwd
@@ -26,17 +25,15 @@ import stat
 import sys
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass
 from multiprocessing import forkserver, spawn
 from pathlib import Path
 
-import torch
-
 from grader import child
 from grader.layout import PROVIDED_FOLDER, REPOSITORY, SOLUTION_MARKER, STUDENT_FILES
 from grader.processes import SlotError, kill_group, lease_uid, processes_of, remove_tree, return_uid
-from grader.protocol import MAX_RESULT_DEPTH, MAX_RESULT_NODES, Kind, TooLarge, check_envelope, check_pickle
+from grader.protocol import Kind, check_envelope
+from grader.result_file import Malformed, TooLarge, decode
 from grader.rubric import Criterion, Settings
 from grader.submission import Submission
 
@@ -765,9 +762,8 @@ def _tail(path: Path) -> tuple[str, int]:
 
 def _read_result(path: Path, limit: int):
     """The child's envelope, or None when there is none; a dict saying ``garbage`` when it
-    cannot be read safely: more than ``limit`` bytes, not a ``torch.save`` file, or one
-    whose objects (shared references counted again), nesting or tensors pass the bounds
-    (checked on its opcodes before any object is built, then on what was built)."""
+    cannot be read safely: more than ``limit`` bytes, not a report of the grader's format
+    (:mod:`grader.result_file`), or past one of its reader's bounds."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
@@ -778,32 +774,8 @@ def _read_result(path: Path, limit: int):
     try:
         if len(data) > limit:
             raise TooLarge(f"it is larger than {format_bytes(limit)}")
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            pickles = [info for info in archive.infolist() if info.filename.rsplit("/", 1)[-1] == "data.pkl"]
-            if len(pickles) != 1 or sum(info.file_size for info in archive.infolist()) > limit:
-                raise ValueError("not one torch.save record of a bounded size")
-            check_pickle(archive.read(pickles[0]))
-        value = torch.load(io.BytesIO(data), weights_only=True)
-        _check_loaded(value)
+        return decode(data)
     except TooLarge as error:
         return {"kind": Kind.GARBAGE.value, "message": f"its report is too large to read ({error})"}
-    except Exception as error:  # noqa: BLE001 - anything unreadable is the child's garbage
-        return {"kind": Kind.GARBAGE.value, "message": f"unreadable report ({type(error).__name__})"}
-    return value
-
-
-def _check_loaded(value) -> None:
-    """TooLarge unless ``value``, walked as a tree, stays within the bounds and its tensors
-    own the memory they describe (no stride-0 view of a few bytes posing as gigabytes)."""
-    stack, count = [(value, 0)], 0
-    while stack:
-        item, depth = stack.pop()
-        count += 1
-        if count > MAX_RESULT_NODES or depth > MAX_RESULT_DEPTH:
-            raise TooLarge("it unfolds into too many objects or nests too deep (shared or circular references)")
-        if isinstance(item, dict):
-            stack.extend((entry, depth + 1) for entry in item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend((entry, depth + 1) for entry in item)
-        elif isinstance(item, torch.Tensor) and item.numel() * item.element_size() > item.untyped_storage().nbytes():
-            raise TooLarge(f"a tensor of shape {tuple(item.shape)} describes more memory than it holds")
+    except Malformed as error:
+        return {"kind": Kind.GARBAGE.value, "message": f"its report is not in the grader's format ({error})"}

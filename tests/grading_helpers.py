@@ -4,11 +4,8 @@ Grading in the test process shares one forkserver (torch already imported) acros
 """
 from __future__ import annotations
 
-import io
 import time
 from pathlib import Path
-
-import torch
 
 from grader.checks import observed
 from grader.child import plain_copy
@@ -17,6 +14,7 @@ from grader.layout import REPOSITORY as REPO
 from grader.layout import STUDENT_FILES
 from grader.processes import processes_of
 from grader.protocol import Report
+from grader.result_file import decode, encode
 from grader.rubric import load_rubric
 from grader.submission import load_submission
 from kit.handout import strip_solutions
@@ -55,11 +53,9 @@ def leftover_processes(uid: int, wait: float = 2.0) -> list[str]:
 
 def observe_and_judge(checks, name: str, seed: int, params: dict | None = None):
     """One check, in this process, along the grader's path: ``observe_<name>`` (as the child
-    runs it), the observation made plain data, through ``torch.save`` and
-    ``torch.load(weights_only=True)``, wrapped by ``observed``, then ``judge_<name>``."""
+    runs it), the observation made plain data, written and read back as the child's report
+    (:mod:`grader.result_file`), wrapped by ``observed``, then ``judge_<name>``."""
     params = dict(params or {})
     observation = plain_copy(getattr(checks, f"observe_{name}")(seed, dict(params)))
-    buffer = io.BytesIO()
-    torch.save(observation, buffer)
-    buffer.seek(0)
-    return getattr(checks, f"judge_{name}")(seed, params, observed(torch.load(buffer, weights_only=True)))
+    envelope = decode(encode({"kind": "observation", "observation": observation}))
+    return getattr(checks, f"judge_{name}")(seed, params, observed(envelope["observation"]))
