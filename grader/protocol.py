@@ -56,6 +56,7 @@ class Kind(_Text):
     TIMEOUT = "timeout"  # (parent) the child ran out of time
     FLOOD = "flood"  # (parent) the child's output, or a file it wrote, reached the size limit on its files
     EXITED = "exited"  # (parent) the child ended without reporting
+    MEMORY = "memory"  # (parent) the criterion's processes together passed the memory bound and were stopped
 
 
 REPORTED_BY_CHILD = frozenset({Kind.OBSERVATION, Kind.FAIL, Kind.EXCEPTION, Kind.GARBAGE, Kind.GRADER_ERROR})
