@@ -63,7 +63,8 @@ class Sandbox:
     one (default: :func:`choose_backend`)."""
 
     def __init__(self, settings, context, backend: str | None = None):
-        self.settings, self.context, self.wanted = settings, context, backend
+        wanted = backend or getattr(settings, "sandbox", "auto")
+        self.settings, self.context, self.wanted = settings, context, None if wanted == "auto" else wanted
         self.backend = IN_HOUSE
         self.configured = _configured_user(settings.user)
         self.user: tuple[int, int] | None = None  # (uid, gid) the children run as; None: the grader's own
@@ -240,7 +241,10 @@ class Sandbox:
 
     def run(self, process, timeout: float) -> Ended:
         """Wait for a started child at most ``timeout`` seconds, bounding its criterion's
-        memory meanwhile; then kill whatever it left, wherever it hid, and say how it ended."""
+        memory meanwhile; then kill whatever it left, wherever it hid, and say how it ended.
+
+        Raises:
+            SandboxError: bubblewrap could not make the child's sandbox."""
         before = reaper.own_children()
         oom_kills = reaper.oom_kills()
         meter = memory.Meter(self.settings.memory_mb * 1024 * 1024, self.memory_base)
@@ -262,6 +266,9 @@ class Sandbox:
         self.kill_leased_uid()
         orphans = len(escaped | reaper.sweep_orphans(before))
         self.swept += orphans
+        failure = bwrap.setup_failure(process, process.output_path) if isinstance(process, bwrap.Child) else None
+        if failure is not None:
+            raise SandboxError(f"bubblewrap could not start the child: {failure}")
         return Ended(exitcode=None if stopped else process.exitcode, timed_out=stopped and held is None,
                      orphans=orphans, out_of_memory=reaper.oom_kills() > oom_kills, memory_bytes=held)
 

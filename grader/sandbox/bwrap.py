@@ -54,10 +54,10 @@ def unusable(user: tuple[int, int] | None) -> str | None:
 def _namespaces(user: tuple[int, int] | None) -> list[str]:
     """Every namespace; as root (the children then drop to the leased uid themselves) no user
     namespace but the two capabilities the drop needs."""
-    if os.geteuid() == 0:
-        return ["--unshare-all", "--unshare-user-try", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
-                "--cap-add", "CAP_SETGID"] if user else ["--unshare-all"]
-    return ["--unshare-all"]
+    if os.geteuid() != 0:
+        return ["--unshare-all"]  # a user namespace among them
+    unshare = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    return [*unshare, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if user else unshare
 
 
 def command(confinement: Confinement, tree: str) -> list[str]:
@@ -65,29 +65,67 @@ def command(confinement: Confinement, tree: str) -> list[str]:
     program = executable()
     assert program is not None, "unusable() was asked first"
     user = (confinement.uid, confinement.gid) if confinement.uid is not None else None
-    arguments = [program, *_namespaces(user), "--die-with-parent", "--new-session"]
-    bound: list[str] = []
-    for folder in sorted({*plan.jail_plan(), tree}, key=len):
-        if os.path.exists(folder) and not any(folder == b or folder.startswith(b + os.sep) for b in bound):
-            if not any(folder == t or folder.startswith(t + os.sep) for t in TEMP_FOLDERS):
-                arguments += ["--ro-bind", folder, folder]
-                bound.append(folder)
-    arguments += ["--ro-bind", str(REPOSITORY / "grader"), f"{ENGINE_ROOT}/grader"]
-    arguments += ["--dev", "/dev", "--proc", "/proc"]
+    view = _View([program, *_namespaces(user), "--die-with-parent", "--new-session"])
+    wanted = sorted({p for p in (*plan.jail_plan(), tree) if os.path.lexists(p)}, key=lambda p: (p.count("/"), p))
+    in_temp = [p for p in wanted if any(p.startswith(t + os.sep) for t in TEMP_FOLDERS)]
+    for folder in wanted:
+        if folder not in in_temp:
+            view.add(folder, "--ro-bind")
+    view.arguments += ["--ro-bind", str(REPOSITORY / "grader"), f"{ENGINE_ROOT}/grader", "--dev", "/dev", "--proc", "/proc"]
     for folder in TEMP_FOLDERS:
-        arguments += ["--perms", "1777", "--size", str(max(confinement.scratch_bytes, 1 << 20)), "--tmpfs", folder]
-    in_temp = [p for p in (tree, *plan.jail_plan()) if any(p.startswith(t + os.sep) for t in TEMP_FOLDERS)]
-    for folder in sorted(set(in_temp), key=len):  # the tree (and Python, if it lives there) inside the private /tmp
-        arguments += ["--ro-bind", folder, folder]
-    arguments += ["--bind", confinement.workdir, confinement.workdir, "--chdir", confinement.workdir]
-    return [*arguments, "--setenv", "PYTHONPATH", ENGINE_ROOT, sys.executable, "-c", BOOTSTRAP]
+        view.arguments += ["--perms", "1777", "--size", str(max(confinement.scratch_bytes, 1 << 20)), "--tmpfs", folder]
+        view.made.add(folder)
+    for folder in in_temp:  # the tree (and Python, if it lives there) inside the private /tmp
+        view.add(folder, "--ro-bind")
+    view.add(confinement.workdir, "--bind")  # entered by the child, as its own uid
+    return [*view.arguments, "--setenv", "PYTHONPATH", ENGINE_ROOT, sys.executable, "-c", BOOTSTRAP]
+
+
+class _View:
+    """bwrap arguments that build the child's view one folder at a time."""
+
+    def __init__(self, arguments: list[str]):
+        self.arguments, self.bound, self.made = arguments, [], {"/"}
+
+    def add(self, path: str, how: str) -> None:
+        """Show ``path`` (a link as the same link), below parents anyone may pass (bwrap
+        makes missing parents 0700, which the child's uid could not pass)."""
+        if any(path == b or path.startswith(b + os.sep) for b in self.bound):
+            return
+        parents = []
+        folder = os.path.dirname(path)
+        while folder not in self.made:
+            parents.append(folder)
+            folder = os.path.dirname(folder)
+        for parent in reversed(parents):
+            self.arguments += ["--perms", "0711", "--dir", parent]
+            self.made.add(parent)
+        if os.path.islink(path):
+            self.arguments += ["--symlink", os.readlink(path), path]
+        else:
+            self.arguments += [how, path, path]
+            self.bound.append(path)
+        self.made.add(path)
+
+
+def setup_failure(child: "Child", output_path: str) -> str | None:
+    """What bwrap said when it could not make the sandbox (the grader's error, not the
+    student's): it exits 1 and says ``bwrap: ...`` before the child's Python starts."""
+    if child.exitcode != 1:
+        return None
+    try:
+        with open(output_path, "rb") as output:
+            text = output.read(2000).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return text.strip() if text.startswith("bwrap: ") else None
 
 
 class Child:
     """A bwrap child, seen as multiprocessing's Process is: ``pid``, ``exitcode``, ``join``."""
 
-    def __init__(self, popen: subprocess.Popen):
-        self.popen, self.pid = popen, popen.pid
+    def __init__(self, popen: subprocess.Popen, output_path: str):
+        self.popen, self.pid, self.output_path = popen, popen.pid, output_path
 
     @property
     def exitcode(self) -> int | None:
@@ -127,7 +165,7 @@ def start(job, confinement: Confinement, sandbox) -> Child:
         popen.stdin.close()
     except BrokenPipeError:  # the child died before reading its job: its exit status says why
         pass
-    return Child(popen)
+    return Child(popen, confinement.output_path)
 
 
 def _with_descriptors(job, descriptors: list[int]):

@@ -28,6 +28,7 @@ SMALL_TMPFS = b"mode=0755,size=1m,nr_inodes=1024"
 # pseudo-terminal of the machine is reachable) and the GPUs' devices where there are any.
 JAIL_DEVICES = ("null", "zero", "full", "random", "urandom")
 GPU_DEVICE_PREFIXES = ("nvidia",)
+JAIL_PSEUDO_TERMINALS = 16  # its devpts holds at most this many
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -196,7 +197,7 @@ def _private_devices(root: str) -> list[str]:
             os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o666))
         _check(libc.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"bind {source}")
     os.mkdir(dev + "/pts", 0o755)
-    options = b"newinstance,ptmxmode=0666,mode=0620"
+    options = b"newinstance,ptmxmode=0666,mode=0620,max=%d" % JAIL_PSEUDO_TERMINALS
     _check(libc.mount(b"devpts", (dev + "/pts").encode(), b"devpts", MS_NOSUID | MS_NOEXEC, options), "devpts")
     for name, target in (("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
