@@ -106,9 +106,30 @@ def _c_environment(libc) -> list[bytes]:
 def start_forkserver() -> None:
     """Start the forkserver (once per grader process) with :func:`child_environment` and this
     repository on its path: its children's memory and ``/proc/self/environ`` hold none of
-    the grader's other variables."""
+    the grader's other variables; and with /dev/null as its standard streams: no process it
+    forks holds the TA's terminal, even through ``/proc/<forkserver>/fd``."""
     with _only_environment(child_environment({"PYTHONPATH": str(REPOSITORY), "PYTHONDONTWRITEBYTECODE": "1"})):
-        forkserver.ensure_running()
+        with _standard_streams_from_devnull():
+            forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def _standard_streams_from_devnull():
+    """Run the block with descriptors 0, 1 and 2 on /dev/null (processes started in it inherit that)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        yield
+    finally:
+        for fd, copy in zip((0, 1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(null)
+
 
 def _without_main_module(get_preparation_data):
     """multiprocessing makes every child re-import the parent's ``__main__`` script (so a
