@@ -118,7 +118,7 @@ class Sandbox:
         self.memory_base = memory.resident_bytes(server_pid) if server_pid else 0
         self.backend = self.wanted or choose_backend(self.user is not None)
         if self.backend == BWRAP:
-            reason = bwrap.unusable(self.user)
+            reason = bwrap.unusable(self.user is not None)
             if reason is not None:
                 self.notes.append(f"children are not in bubblewrap: {reason}")
                 self.backend = IN_HOUSE

@@ -40,32 +40,32 @@ def describe() -> str:
     return f"bubblewrap ({executable()}: a fresh Python per child in new namespaces)"
 
 
-def unusable(user: tuple[int, int] | None) -> str | None:
+def unusable(leased: bool) -> str | None:
     """Why bubblewrap cannot confine children here (None: it can): not installed, or it
     fails on a trivial command with this grader's options (no user namespaces, say)."""
     program = executable()
     if program is None:
         return "bwrap is not installed (Debian: apt-get install bubblewrap)"
-    command = [program, *_namespaces(user), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"]
+    command = [program, *_namespaces(leased), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"]
     run = subprocess.run(command, capture_output=True, text=True, timeout=30)
     return None if run.returncode == 0 else f"bwrap failed here: {run.stderr.strip()[:300]}"
 
 
-def _namespaces(user: tuple[int, int] | None) -> list[str]:
+def _namespaces(leased: bool) -> list[str]:
     """Every namespace; as root (the children then drop to the leased uid themselves) no user
     namespace but the two capabilities the drop needs."""
     if os.geteuid() != 0:
         return ["--unshare-all"]  # a user namespace among them
     unshare = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-    return [*unshare, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if user else unshare
+    return [*unshare, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if leased else unshare
 
 
 def command(confinement: Confinement, tree: str) -> list[str]:
     """The bwrap command line for one child (everything but its job, which it reads from stdin)."""
     program = executable()
     assert program is not None, "unusable() was asked first"
-    user = (confinement.uid, confinement.gid) if confinement.uid is not None else None
-    view = _View([program, *_namespaces(user), "--die-with-parent", "--new-session"])
+    leased = confinement.uid is not None
+    view = _View([program, *_namespaces(leased), "--die-with-parent", "--new-session"])
     wanted = sorted({p for p in (*plan.jail_plan(), tree) if os.path.lexists(p)}, key=lambda p: (p.count("/"), p))
     in_temp = [p for p in wanted if any(p.startswith(t + os.sep) for t in TEMP_FOLDERS)]
     for folder in wanted:
@@ -85,7 +85,8 @@ class _View:
     """bwrap arguments that build the child's view one folder at a time."""
 
     def __init__(self, arguments: list[str]):
-        self.arguments, self.bound, self.made = arguments, [], {"/"}
+        self.arguments, self.made = arguments, {"/"}
+        self.bound: list[str] = []
 
     def add(self, path: str, how: str) -> None:
         """Show ``path`` (a link as the same link), below parents anyone may pass (bwrap
