@@ -286,8 +286,8 @@ class Sandbox:
     def _criterion_pids(self, child: int | None) -> set[int]:
         """The processes of the running criterion: the leased uid's, else the child's session."""
         if self.leased is not None and self.user is not None:
-            return {int(p["Pid"]) for p in reaper.live_processes(self.leased)}
-        return memory.session_members(child) if child else set()
+            return memory.processes_of(self.leased)
+        return memory.processes_of(os.getuid(), session=child) if child else set()
 
     def _on_leased_uid(self) -> tuple[set[int], set[int]]:
         """Live processes of the leased uid: ``(ours, foreign)``. Ours descend from this

@@ -43,18 +43,21 @@ def proportional_bytes(pid: int) -> int:
     return 0
 
 
-def session_members(session: int) -> set[int]:
-    """Pids of the processes in ``session`` (a criterion's child leads its own)."""
+def processes_of(uid: int, session: int | None = None) -> set[int]:
+    """Pids of ``uid``'s processes (in ``session`` only, when given). Read from the owners of
+    ``/proc/<pid>`` (one ``stat`` each: this runs every :data:`POLL_SECONDS`)."""
     found = set()
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
-                    fields = stat_file.read().rsplit(b")", 1)[1].split()
-            except (OSError, IndexError):
+        try:
+            if not entry.name.isdigit() or entry.stat().st_uid != uid:
                 continue
-            if len(fields) > 3 and int(fields[3]) == session:
-                found.add(int(entry.name))
+            if session is not None:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
+                    if int(stat_file.read().rsplit(b")", 1)[1].split()[3]) != session:
+                        continue
+        except (OSError, IndexError, ValueError):
+            continue
+        found.add(int(entry.name))
     return found
 
 

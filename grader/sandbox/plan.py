@@ -13,9 +13,9 @@ from pathlib import Path
 
 from grader.layout import REPOSITORY
 
+# World-writable folders every process shares unless a child gets its own (see private_temp_plan).
 SHARED_TEMP_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
-
-
+# Folders of the system's programs, libraries and configuration a jailed child sees (read-only).
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 
 

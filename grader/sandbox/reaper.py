@@ -13,13 +13,12 @@ import time
 
 from grader.processes import processes_of
 
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+
 
 def tasks_of(uid: int) -> int:
     """Processes plus threads that ``uid`` runs now: RLIMIT_NPROC counts them all."""
     return sum(int(fields.get("Threads", "1")) for fields in processes_of(uid))
-
-
-PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 
 
 def set_subreaper(on: bool) -> bool | None:
