@@ -78,7 +78,6 @@ class Sandbox:
         self.jail: tuple = ()
         self.notes: list[str] = []
         self.defences: dict[str, str] = {}
-        self.swept = 0
         self.memory_base = 0
 
     def __enter__(self) -> "Sandbox":
@@ -265,7 +264,6 @@ class Sandbox:
         escaped = self._escaped(process.pid)  # outside the child's group: setsid, double fork, clone flags
         self.kill_leased_uid()
         orphans = len(escaped | reaper.sweep_orphans(before))
-        self.swept += orphans
         failure = bwrap.setup_failure(process, process.output_path) if isinstance(process, bwrap.Child) else None
         if failure is not None:
             raise SandboxError(f"bubblewrap could not start the child: {failure}")
@@ -279,7 +277,7 @@ class Sandbox:
         process.start()
         process.join(HELPER_TIMEOUT)
         kill_group(process.pid, still_running=process.exitcode is None)
-        self.swept += len(reaper.sweep_orphans(before))
+        reaper.sweep_orphans(before)
         return process.exitcode
 
     # --- the reaper, on the leased uid ------------------------------------------------------------
