@@ -63,14 +63,19 @@ class Student:
     reasons: list[tuple[str, str]] = field(default_factory=list)  # (kind, text): why to look at them
     partners: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)  # the gradebook CSV's flags, when the rows were saved
+    recorded: tuple[float | None, float] | None = None  # (score, out of) of a row without a report: Gradescope's
 
     @property
     def score(self) -> float | None:
-        return sum(c["earned"] for c in self.criteria) if self.report else None
+        if self.report:
+            return sum(c["earned"] for c in self.criteria)
+        return self.recorded[0] if self.recorded else None
 
     @property
     def achievable(self) -> float:
         """Points this machine could grade: every criterion's points but the blocked ones."""
+        if self.recorded and not self.report:
+            return self.recorded[1]
         return sum(c["points"] for c in self.criteria if c["status"] != "blocked")
 
 
@@ -126,13 +131,23 @@ def load_students(reports: Path) -> list[Student]:
         if name in seen:  # alice/ and alice.zip, as batch names them
             name = Path(report["submission"]).name if report else stem
         seen.add(name)
-        student = Student(name, f"s{index}", report, f"{stem}.json", flags=[str(f) for f in row["flags"]] if row else [])
+        student = Student(name, f"s{index}", report, f"{stem}.json", flags=[str(f) for f in row["flags"]] if row else [],
+                          recorded=_recorded(row) if report is None else None)
         if report:
             student.criteria = [_criterion(c) for c in report["criteria"]]
             student.notes = [_text(note, 600) for note in _list(report.get("notes"))]
             student.findings = [_finding(f) for f in _list(report.get("policy_findings"))]
         students.append(student)
     return students
+
+
+def _recorded(row: dict | None) -> tuple[float | None, float] | None:
+    """A gradebook row's (score or None, max_score) when it says what it is out of without a
+    report: scores recorded elsewhere (course.gradescope_scores), not a grader that failed."""
+    score, top = (row or {}).get("score"), (row or {}).get("max_score")
+    if not isinstance(top, (int, float)) or isinstance(top, bool):
+        return None
+    return (float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None), float(top)
 
 
 # Gradebook flags the page says in its own words (similar pairs, missing files, blocked criteria,
@@ -146,8 +161,10 @@ def review_reasons(student: Student) -> list[tuple[str, str]]:
     report = student.report
     flagged = [flag for flag in student.flags if not flag.startswith(SAID_ELSEWHERE)]
     from_gradebook = [("review", f"gradebook: {', '.join(flagged)}")] if flagged and "needs_review" in student.flags else []
-    if report is None:
+    if report is None and student.recorded is None:
         return [("error", "no valid report: the grader failed on this submission (see its .log)"), *from_gradebook]
+    if report is None:  # a score recorded elsewhere (Gradescope): the gradebook's flags and 0 points are what is known
+        return [*from_gradebook, *([("zero", "0 points")] if student.score == 0 and student.achievable > 0 else [])]
     reasons = []
     if report.get("complete") is not True:
         reasons.append(("timeout", "grading did not finish (the batch's time limit?); the score counts the criteria graded"))
@@ -292,7 +309,7 @@ def summarise(reports: Path) -> dict:
         extra = sorted({c["id"] for c in student.criteria if c["status"] == "blocked"} - set(blocked))
         if extra:
             student.reasons.append(("blocked", f"blocked: {', '.join(extra)}"))
-    graded = [s for s in students if s.report]
+    graded = [s for s in students if s.report or s.recorded]
     scores = [s.score for s in graded if s.score is not None]
     criteria = criterion_rows(students)
     top = Counter(s.achievable for s in graded).most_common(1)[0][0] if graded else 0

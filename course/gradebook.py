@@ -29,6 +29,7 @@ from course import adjustments, canvas, feedback, regrade, similarity
 from course.discovery import Student, safe_file_name
 from course.outcomes import StudentGrade, apply_report, default_rows, escape_cell, save_rows, write_csv
 from grader.protocol import read_json_report, write_atomic
+from grader.report import counted
 
 CHANGELOG_COLUMNS = ("when", "run", "student", "criterion", "old_points", "new_points", "old_status", "new_status")
 # Flags that come from a student's JSON report; recomputed when GPU results change it.
@@ -269,7 +270,7 @@ def finish(
         outcomes = outcomes + merge_gpu(outcomes, gpu_folder)
     identities = identify_all(outcomes, students, roster, options)
     finals = apply_adjustments(outcomes, options.adjustments, progress) if options.adjustments else None
-    write_csv(csv_path, default_rows(outcomes, finals))
+    write_csv(csv_path, default_rows(outcomes, finals, csv_path.parent))
     if options.canvas is not None:
         write_canvas(outcomes, identities, roster, options, progress, finals or {})
     save_rows(reports, outcomes)
@@ -277,7 +278,8 @@ def finish(
     if changed:
         progress(f"regrade: {changed} criterion result(s) changed -> {changelog_path(csv_path)}")
     if options.feedback is not None:
-        progress(f"feedback: {feedback.write_all(outcomes, options.feedback, finals)} files -> {options.feedback}")
+        reasons = {name: a.reason for name, a in adjustments.read(options.adjustments).items()} if options.adjustments else {}
+        progress(f"feedback: {feedback.write_all(outcomes, options.feedback, finals, reasons)} files -> {options.feedback}")
     if options.html is not None:
         from course.dashboard import write  # Jinja2: only when a dashboard is asked for
 
@@ -327,7 +329,7 @@ def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] |
     blocked until the GPU merge, unless ``canvas_without_gpu``); a warning when the scores are
     out of a total the assignment does not have."""
     assert options.canvas is not None  # the caller writes Canvas's file only when asked
-    rows, unknown, waiting = [], [], []
+    rows, unknown, waiting, out_of = [], [], [], set()  # out_of: (max_score, blocked points)
     for outcome in outcomes:
         identity = identities.get(outcome.student)
         if identity is None:
@@ -338,16 +340,23 @@ def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] |
             waiting.append(outcome.student)
         score = (finals or {}).get(outcome.student, outcome.score)
         rows.append((identity, None if blocked else score))
+        if outcome.max_score is not None:  # what its score is out of in Canvas, now or after the GPU merge
+            out_of.add((outcome.max_score, blocked_points(outcome)))
     write_csv(options.canvas, canvas.import_rows(options.assignment or "", rows))
     if unknown:
-        progress(f"Canvas: {len(unknown)} student(s) left out of {options.canvas}, flagged in the CSV "
+        progress(f"Canvas: {counted(len(unknown), 'student')} left out of {options.canvas}, flagged in the CSV "
                  f"(not in the roster, or in it twice): {', '.join(unknown)}")
     if waiting:
-        progress(f"Canvas: {len(waiting)} student(s) with GPU criteria not graded yet have an EMPTY cell (no change): "
+        progress(f"Canvas: {counted(len(waiting), 'student')} with GPU criteria not graded yet "
+                 f"{'has' if len(waiting) == 1 else 'have'} an EMPTY cell (no change): "
                  "import after the GPU merge, or pass --canvas-without-gpu for a class graded without GPUs")
     possible = roster.points_possible(options.assignment or "") if roster is not None else None
-    totals = sorted({o.max_score for o in outcomes if o.max_score is not None})
-    if roster is not None and possible is not None and any(total != possible for total in totals):
-        progress(f"WARNING: the scores are out of {', '.join(f'{t:g}' for t in totals)} but the Canvas assignment "
-                 f"{options.assignment!r} is worth {possible:g} points (its Points Possible in {roster.path}): "
-                 "change one of them before importing")
+    advice = canvas.points_warning(options.assignment or "", out_of, options.canvas_without_gpu, possible,
+                                   roster.path if roster else None)
+    if advice:
+        progress(advice)
+
+
+def blocked_points(outcome: StudentGrade) -> float:
+    """The points of ``outcome``'s criteria blocked for want of hardware (its ``blocked_points=`` flag)."""
+    return sum(float(flag.split("=", 1)[1]) for flag in outcome.flags if flag.startswith("blocked_points="))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,16 +77,30 @@ def problem_key(problem: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in problem.split("."))
 
 
-def default_rows(outcomes: list[StudentGrade], finals: dict[str, float | None] | None = None) -> list[list[object]]:
+def report_cell(report_path: Path, base: Path | None) -> str:
+    """``report_path`` as the CSV's ``report`` column gives it: relative to ``base`` (the CSV's
+    folder), so the CSV and its reports folder can move together; absolute where no relative
+    path exists (another drive on Windows)."""
+    if base is None:
+        return str(report_path)
+    try:
+        return os.path.relpath(report_path, base)
+    except ValueError:
+        return str(Path(report_path).resolve())
+
+
+def default_rows(outcomes: list[StudentGrade], finals: dict[str, float | None] | None = None,
+                 base: Path | None = None) -> list[list[object]]:
     """The gradebook CSV's rows; with ``finals`` (the course's adjustments), a ``final``
-    column after the grader's raw ``total``."""
+    column after the grader's raw ``total``; report paths relative to ``base`` (the CSV's folder)."""
     problems = sorted({p for o in outcomes for p in o.problems}, key=problem_key)
     final = ["final"] if finals is not None else []
     rows: list[list[object]] = [["student", *problems, "total", *final, "max_score", "status", "flags", "report"]]
     for o in outcomes:
         scores = [o.problems.get(p) if o.score is not None else None for p in problems]
         adjusted = [finals.get(o.student, o.score)] if finals is not None else []
-        rows.append([o.student, *scores, o.score, *adjusted, o.max_score, o.status, ";".join(o.flags), str(o.report_path)])
+        rows.append([o.student, *scores, o.score, *adjusted, o.max_score, o.status, ";".join(o.flags),
+                     report_cell(o.report_path, base)])
     return rows
 
 

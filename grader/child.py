@@ -15,7 +15,7 @@ The child confines itself before any student code runs, in this order:
    the hidden checks there), the provided modules the checks rely on are imported and handed
    to the checks' toolkit, writes to the watched modules start being recorded, what
    reporting needs is made ready (the encoder warmed up, descriptors reserved), and the
-   objects the checks trust are noted (see :func:`grader.checks.identities`); then the
+   objects the checks trust are noted (see :func:`grader.checks.recording.identities`); then the
    marker says "started": any grader error reported after this point is forged.
 
 Then ``observe_<name>(seed, params)`` runs and its observation (or what went wrong) is
@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
-from grader import checks as toolkit
-from grader.checks import Fail
+from grader.checks import recording as toolkit
+from grader.checks.recording import Tampered, Unusable
 from grader.protocol import Kind
 from grader.result_file import encode
 from grader.sandbox import confine
@@ -46,7 +46,7 @@ from grader.sandbox.confine import flush
 
 # Provided modules the student files import and the checks rely on (their attributes, their
 # classes' attributes and what their containers hold): imported from the tree before the
-# student's code runs, so a replacement shows (see grader.checks.identities), and so code that
+# student's code runs, so a replacement shows (see grader.checks.recording.identities), and so code that
 # exhausts the descriptors at import cannot stop the student file's own imports.
 WATCHED_PROVIDED = ("minitorch", "minitorch.runtime", "minitorch.schedules", "minitorch.distributed",
                     "minitorch.cost_model", "minitorch.executor")
@@ -196,7 +196,7 @@ def main(job: Job) -> None:
     try:
         envelope = _observe(observe, job, reporter)
         changed = toolkit.changed(before, toolkit.identities(watched))
-        if envelope.get("tampered"):  # a rank's own check (see grader.checks.in_every_rank)
+        if envelope.get("tampered"):  # a rank's own check (see grader.checks.recording.in_every_rank)
             changed = [*map(str, envelope["tampered"]), *changed]  # type: ignore[call-overload]
         if changed:
             envelope["tampered"] = changed[:20]
@@ -210,8 +210,8 @@ def _watched_modules() -> dict[str, Any]:
     """The grader's modules (taken out of ``sys.modules``, so the student's code cannot look
     the hidden checks up there; the child keeps them here) and the provided modules the
     checks rely on (imported now, from the tree, and handed to the checks' toolkit: see
-    :func:`grader.checks.provided`). From now on every write to a module of
-    :data:`grader.checks.RECORDED_MODULES` or a provided one is recorded. A check module
+    :func:`grader.checks.recording.provided`). From now on every write to a module of
+    :data:`grader.checks.recording.RECORDED_MODULES` or a provided one is recorded. A check module
     that imports lazily must therefore import what it needs at its top."""
     grader = {name: module for name, module in sys.modules.items() if name == "grader" or name.startswith("grader.")}
     for name in grader:
@@ -227,13 +227,19 @@ def _observe(observe, job: Job, reporter: _Reporter) -> dict[str, object]:
     """Run the check's observe function; what it saw, or what went wrong, as an envelope."""
     try:
         observation = observe(job.seed, dict(job.params))
-    except Fail as failure:
+    except Tampered as replaced:
         reporter.release()
-        tampered = failure.details.get("tampered") if type(failure.details) is dict else None
-        envelope: dict[str, object] = {"kind": Kind.FAIL.value, "message": str(failure)}
-        return {**envelope, "tampered": [str(name) for name in tampered]} if tampered else envelope
+        return {"kind": Kind.FAIL.value, "message": str(replaced), "tampered": [str(name) for name in replaced.names]}
+    except Unusable as unusable:  # worded by the toolkit from the facts: nothing hidden
+        reporter.release()
+        return {"kind": Kind.FAIL.value, "message": str(unusable)}
     except BaseException as error:  # the student's code raised (SystemExit included)
         reporter.release()
+        judging = sys.modules.get("grader.checks.judging")  # a one-module check judges in the child
+        if judging is not None and isinstance(error, judging.Fail):
+            tampered = error.details.get("tampered") if type(error.details) is dict else None
+            envelope: dict[str, object] = {"kind": Kind.FAIL.value, "message": str(error)}
+            return {**envelope, "tampered": [str(name) for name in tampered]} if tampered else envelope
         return _exception_envelope(error, job)
     reporter.release()
     try:

@@ -15,14 +15,17 @@ import secrets
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from grader import policy
-from grader.checks import Fail, observed
+from grader.bounded import TooSlow, bounded
+from grader.checks.judging import Fail, observed
 from grader.harness import Harness, HarnessError, Outcome, foreign_signal, format_bytes
+from grader.layout import STUDENT_FILES
 from grader.protocol import Kind, Report, Result, Status
+from grader.report import counted
 from grader.rubric import HARDWARE, Criterion, Rubric
 from grader.submission import Submission
 from minitorch.cli import STUB_MESSAGE
@@ -42,6 +45,9 @@ class Budget:
         return self.ends - time.monotonic()
 
 JUDGE_ERROR = "judge_error"  # in a result's details: the judge's traceback, for the course staff
+# A judge's own time (wall clock, in the grader's process): a correct run's takes well under a
+# second; this bound is for observations built to make a judge's comparisons run for minutes.
+JUDGE_SECONDS = 30.0
 
 
 def environment() -> dict:
@@ -125,12 +131,20 @@ def _flood_reason(outcome: Outcome, output_limit_mb: float) -> str:
 
 
 def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[Status, str, dict]:
-    """``(status, message, details)`` from the criterion's parent-side ``judge_*`` function."""
-    judge_function = getattr(importlib.import_module(criterion.module), "judge_" + criterion.name)
+    """``(status, message, details)`` from the criterion's parent-side ``judge_*`` function, run
+    under :data:`JUDGE_SECONDS` of its own."""
+    judge_function = getattr(importlib.import_module(criterion.judge_module), "judge_" + criterion.name)
     try:
-        details = judge_function(seed, dict(criterion.params), observed(observation))
+        details = bounded(lambda: judge_function(seed, dict(criterion.params), observed(observation)), JUDGE_SECONDS)
     except Fail as failure:
         return Status.FAILED, str(failure), failure.details
+    except TooSlow:
+        message = (
+            f"the grader's check of what your code produced did not finish within {JUDGE_SECONDS:g} s (a correct "
+            "run's takes well under a second): what came back is far larger or stranger than expected, and the "
+            "course staff will review it"
+        )
+        return Status.FAILED, message, {JUDGE_ERROR: f"the judge ran past {JUDGE_SECONDS:g} s"}
     except Exception as error:  # noqa: BLE001 - the observation came from the child: it is data
         message = (
             f"the grader could not read what your code produced ({type(error).__name__}: {error}); "
@@ -220,6 +234,9 @@ def _new_report(submission: Submission, rubric: Rubric, planned: int, seed: int 
         report.flag(f"policy scan: {', '.join(names)}")
     if len(findings) > policy.FINDINGS_KEPT:
         report.note(f"the policy scan found {len(findings)} uses; the report lists the first {policy.FINDINGS_KEPT}")
+    for note in submission.notes:  # what was graded from where (a browser's rename, a file in an archive)
+        if note not in (f"{name} from {name}" for name in STUDENT_FILES):
+            report.note(note)
     if submission.skipped:
         report.note(f"skipped in the archive: {'; '.join(submission.skipped)}")
     if submission.ignored:
@@ -235,7 +252,7 @@ def _start_harness(stack: contextlib.ExitStack, report: Report, submission: Subm
     if not runnable or submission.problem is not None:
         return None
     try:
-        harness = stack.enter_context(Harness(submission, rubric.settings, sorted({c.module for c in runnable})))
+        harness = stack.enter_context(Harness(submission, rubric.settings, sorted({c.observe_module for c in runnable})))
         report.child_seconds = harness.start()
     except (HarnessError, OSError) as error:
         return f"grader error: could not start isolated children: {error}"
@@ -284,6 +301,26 @@ def _verdict(criterion: Criterion, report: Report, submission: Submission, rubri
                 "(earlier criteria ran long or timed out)"
             ), "", {}
         limit = min(limit, round(budget.left(), 1))
+    if not criterion.fallback:
+        return _run_and_judge(criterion, report, submission, rubric, harness, limit, full_limit, budget)
+    own = _run_and_judge(replace(criterion, params={**criterion.params, "pieces": "own"}), report, submission,
+                         rubric, harness, limit, full_limit, budget)
+    if own[0] not in (Status.FAILED, Status.TIMEOUT):
+        return own
+    if budget is not None:
+        limit = min(full_limit, round(budget.left(), 1))
+    theirs = _run_and_judge(replace(criterion, params={**criterion.params, "pieces": "grader"}), report, submission,
+                            rubric, harness, limit, full_limit, budget)
+    if theirs[0] == Status.PASSED:  # the mistake is in another criterion's piece: it costs that one only
+        note = (f"passed with the grader's {criterion.fallback} in place of yours; with yours it did not: "
+                f"{own[1]}")
+        return Status.PASSED, note, own[2], {**theirs[3], "own_pieces": {"status": str(own[0]), "message": own[1]}}
+    return theirs  # it fails with the grader's pieces too: the mistake is this criterion's own
+
+
+def _run_and_judge(criterion: Criterion, report: Report, submission: Submission, rubric: Rubric, harness: Harness,
+                   limit: float, full_limit: float, budget: Budget | None) -> tuple[Status, str, str, dict]:
+    """One child run of ``criterion`` and its verdict: ``(status, message, output, details)``."""
     try:
         outcome = harness.run(criterion, report.seed, limit)
     except (HarnessError, OSError) as error:
@@ -304,8 +341,8 @@ def _note_outcome(report: Report, criterion: Criterion, outcome: Outcome) -> Non
     """What a child did that the score does not show, for the report and for review."""
     if outcome.orphans:
         report.note(
-            f"{criterion.id}: your code left {outcome.orphans} process(es) running after the criterion "
-            "ended (setsid or a double fork?); the grader killed them"
+            f"{criterion.id}: your code left {counted(outcome.orphans, 'process', 'processes')} running after the "
+            f"criterion ended (setsid or a double fork?); the grader killed {'it' if outcome.orphans == 1 else 'them'}"
         )
         report.flag("processes left running")
     if outcome.first_signal is not None:

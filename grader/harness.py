@@ -159,7 +159,7 @@ def forkserver_context(check_modules: list[str]):
     # A check module's FORKSERVER_PRELOAD: what its children would each import on first use,
     # paid once in the server instead (and never in this process unless a judge needs it).
     extra = [name for module in check_modules for name in getattr(sys.modules.get(module), "FORKSERVER_PRELOAD", ())]
-    context.set_forkserver_preload(["torch", "grader.checks", "grader.child", *check_modules, *extra])
+    context.set_forkserver_preload(["torch", "grader.child", *check_modules, *extra])
     return context
 
 
@@ -169,7 +169,8 @@ class Harness:
     Args:
         submission: the student files.
         settings: limits from the rubric's ``[grader]`` table.
-        check_modules: modules to preload in the forkserver (``grader.checks.problem2``).
+        check_modules: the checks' child sides, preloaded in the forkserver
+            (``grader.checks.problem2.clock_cycles.observe``).
         provided: the grader's own copy of the provided modules (default: ``minitorch/``
             of this repository; the student files in it are never copied).
         backend: the sandbox's backend, forced (default: chosen for this machine).
@@ -258,7 +259,7 @@ class Harness:
 
     def _run_once(self, criterion: Criterion, seed: int, timeout: float) -> Outcome:
         confinement = self.sandbox.confinement()
-        job = child.Job(criterion=criterion.id, module=criterion.module, name=criterion.name, seed=seed,
+        job = child.Job(criterion=criterion.id, module=criterion.observe_module, name=criterion.name, seed=seed,
                         params=dict(criterion.params), tree=str(self.tree), student_files=self.student_paths(),
                         confinement=confinement)
         started = time.perf_counter()

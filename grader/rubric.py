@@ -22,20 +22,30 @@ HARDWARE = {"cpu": 0, "cuda1": 1, "cuda2": 2}
 _PROBLEM = re.compile(r"^\d+\.\d+$")
 _ID = re.compile(r"^\d+\.\d+-[a-z0-9]+(-[a-z0-9]+)*$")
 _NAME = re.compile(r"^\.?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_CHECK = re.compile(r"^[a-z_][a-z0-9_]*:[a-z_][a-z0-9_]*$")
+_CHECK = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?:[a-z_][a-z0-9_]*$")
 
-CRITERION_KEYS = {"id", "problem", "title", "points", "needs", "check", "timeout", "params", "enabled", "visibility"}
+CRITERION_KEYS = {"id", "problem", "title", "points", "needs", "check", "timeout", "params", "enabled", "visibility",
+                  "fallback"}
 REQUIRED_KEYS = ("id", "problem", "title", "points", "needs", "check")
 SETTINGS_KEYS = {"timeout", "memory_mb", "output_limit_mb", "max_processes", "user", "disabled_problems", "sandbox"}
 SANDBOXES = ("auto", "in-house", "bubblewrap")
 TOP_LEVEL_KEYS = {"grader", "problems", "criterion", "policy", "gradescope"}
 POLICY_KEYS = {"forbidden"}
-GRADESCOPE_KEYS = {"budget"}
+GRADESCOPE_KEYS = {"budget", "submission_limit", "limit_window_hours"}
 # When Gradescope shows a test to the student (its results.json `visibility`).
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 # Gradescope stops an autograder at 10 minutes unless the assignment's settings say otherwise;
 # the run's budget leaves room for starting Python and torch on a fraction of a CPU.
 DEFAULT_GRADESCOPE_BUDGET = 480.0
+
+
+@dataclass(frozen=True)
+class SubmissionLimit:
+    """At most ``submissions`` graded Gradescope submissions in any ``window_hours``
+    (``[gradescope] submission_limit`` and ``limit_window_hours``; see grader.submission_limit)."""
+
+    submissions: int
+    window_hours: float
 
 
 class RubricError(ValueError):
@@ -78,16 +88,31 @@ class Criterion:
     params: dict = field(default_factory=dict)
     enabled: bool = True
     visibility: str = "visible"
+    fallback: str = ""  # the grader's pieces a second run swaps in where the student's own fail (see grading)
 
     @property
-    def module(self) -> str:
-        """The check module's import name, e.g. ``grader.checks.problem2``."""
-        return "grader.checks." + self.check.split(":")[0]
+    def observe_module(self) -> str:
+        """The child side's import name: ``grader.checks.problem2.clock_cycles.observe`` for
+        ``check = "problem2.clock_cycles:schedule"`` (see :mod:`grader.checks`)."""
+        return check_modules(self.check)[0]
+
+    @property
+    def judge_module(self) -> str:
+        """The parent side's import name: ``grader.checks.problem2.clock_cycles.judge``."""
+        return check_modules(self.check)[1]
 
     @property
     def name(self) -> str:
-        """The check's name: the module defines ``observe_<name>`` and ``judge_<name>``."""
+        """The check's name: the child side defines ``observe_<name>``, the parent ``judge_<name>``."""
         return self.check.split(":")[1]
+
+
+def check_modules(check: str) -> tuple[str, str]:
+    """``(observe module, judge module)`` of a check ``"<package>:<name>"``: a concept's
+    package (``problem2.clock_cycles``) has the two sides as ``observe`` and ``judge``; a
+    one-module check (``performance``) is both."""
+    package = "grader.checks." + check.split(":")[0]
+    return (f"{package}.observe", f"{package}.judge") if "." in check.split(":")[0] else (package, package)
 
 
 @dataclass(frozen=True)
@@ -98,6 +123,7 @@ class Rubric:
     problem_titles: dict[str, str]
     forbidden: tuple[str, ...] = ()
     gradescope_budget: float = DEFAULT_GRADESCOPE_BUDGET
+    submission_limit: SubmissionLimit | None = None
 
     def active(self) -> list[Criterion]:
         """The criteria to grade: enabled ones of problems that are not disabled."""
@@ -155,17 +181,18 @@ def _settings(table: Any, where: str) -> Settings:
 
 
 def _check_function(check: str, label: str) -> None:
-    """Fail unless the check module defines ``observe_<name>`` and ``judge_<name>``."""
-    module_name, name = check.split(":")
-    try:
-        module = importlib.import_module("grader.checks." + module_name)
-    except ModuleNotFoundError as error:
-        if error.name == "grader.checks." + module_name:
-            raise RubricError(f"{label}: check {check!r}: no module grader/checks/{module_name}.py") from None
-        raise
-    for prefix in ("observe_", "judge_"):
+    """Fail unless the check's child side defines ``observe_<name>`` and its parent side ``judge_<name>``."""
+    name = check.split(":")[1]
+    for module_name, prefix in zip(check_modules(check), ("observe_", "judge_")):
+        path = module_name.replace(".", "/") + ".py"
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name is not None and module_name.startswith(error.name):
+                raise RubricError(f"{label}: check {check!r}: no module {path}") from None
+            raise
         if not callable(getattr(module, prefix + name, None)):
-            raise RubricError(f"{label}: check {check!r}: grader/checks/{module_name}.py has no function {prefix}{name}")
+            raise RubricError(f"{label}: check {check!r}: {path} has no function {prefix}{name}")
 
 
 def _criterion(entry: Any, index: int, settings: Settings, where: str) -> Criterion:
@@ -194,7 +221,8 @@ def _criterion(entry: Any, index: int, settings: Settings, where: str) -> Criter
     if entry["needs"] not in HARDWARE:
         raise RubricError(f"{label}: needs must be one of {', '.join(repr(n) for n in HARDWARE)}, got {entry['needs']!r}")
     if not _CHECK.match(entry["check"]):
-        raise RubricError(f"{label}: check must be \"<module>:<name>\", e.g. \"problem2:forward\", got {entry['check']!r}")
+        raise RubricError(f"{label}: check must be \"<problem>.<concept>:<name>\", e.g. \"problem2.clock_cycles:schedule\", "
+                          f"got {entry['check']!r}")
     timeout = entry.get("timeout", settings.timeout)
     if not _is_number(timeout) or timeout <= 0:
         raise RubricError(f"{label}: timeout must be a positive number of seconds, got {timeout!r}")
@@ -207,11 +235,14 @@ def _criterion(entry: Any, index: int, settings: Settings, where: str) -> Criter
     visibility = entry.get("visibility", "visible")
     if visibility not in VISIBILITIES:
         raise RubricError(f"{label}: visibility must be one of {', '.join(repr(v) for v in VISIBILITIES)}, got {visibility!r}")
+    fallback = entry.get("fallback", "")
+    if not isinstance(fallback, str):
+        raise RubricError(f"{label}: fallback must say which of the grader's pieces replace the student's, got {fallback!r}")
     _check_function(entry["check"], label)
     return Criterion(
         id=entry["id"], problem=entry["problem"], title=entry["title"].strip(), points=entry["points"],
         needs=entry["needs"], check=entry["check"], timeout=float(timeout), params=params, enabled=enabled,
-        visibility=visibility,
+        visibility=visibility, fallback=fallback.strip(),
     )
 
 
@@ -246,7 +277,8 @@ def parse_rubric(text: str, path: Path = DEFAULT_RUBRIC) -> Rubric:
             raise RubricError(f"{where}: [grader] disabled_problems names {problem!r}, which no criterion belongs to")
     return Rubric(path=path, settings=settings, criteria=tuple(criteria), problem_titles=dict(titles),
                   forbidden=_policy(data.get("policy", {}), where),
-                  gradescope_budget=_gradescope_budget(data.get("gradescope", {}), where))
+                  gradescope_budget=_gradescope_budget(data.get("gradescope", {}), where),
+                  submission_limit=_submission_limit(data.get("gradescope", {}), where))
 
 
 def _gradescope_budget(table: Any, where: str) -> float:
@@ -260,6 +292,28 @@ def _gradescope_budget(table: Any, where: str) -> float:
     if not _is_number(budget) or budget <= 0:
         raise RubricError(f"{where}: [gradescope] budget must be a positive number of seconds, got {budget!r}")
     return float(budget)
+
+
+def _submission_limit(table: Any, where: str) -> SubmissionLimit | None:
+    """``[gradescope] submission_limit`` (0 or absent: none) per ``limit_window_hours`` (default 24)."""
+    if not isinstance(table, dict):
+        raise RubricError(f"{where}: [gradescope] must be a table")
+    count = table.get("submission_limit", 0)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise RubricError(f"{where}: [gradescope] submission_limit must be a whole number of submissions (0: no limit), got {count!r}")
+    hours = table.get("limit_window_hours", 24)
+    if not _is_number(hours) or hours <= 0:
+        raise RubricError(f"{where}: [gradescope] limit_window_hours must be a positive number of hours, got {hours!r}")
+    return SubmissionLimit(count, float(hours)) if count else None
+
+
+def submission_limit(path: str | Path = DEFAULT_RUBRIC) -> SubmissionLimit | None:
+    """The rubric's Gradescope submission limit, read without importing the checks; None when
+    there is none, or when the file cannot be read or is wrong (the grader reports that itself)."""
+    try:
+        return _submission_limit(tomllib.loads(Path(path).read_text(encoding="utf-8")).get("gradescope", {}), str(path))
+    except (OSError, ValueError):
+        return None
 
 
 def gradescope_budget(path: str | Path = DEFAULT_RUBRIC) -> float:

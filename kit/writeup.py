@@ -9,6 +9,8 @@ The template ``writeup/README.md.in`` is Markdown with a few directives, each in
 ``{{points 2.2}}``            the points of one problem or sub-problem, inline
 ``{{policy_forbidden}}``      the names the grader's policy scan flags for review, inline
                               (``[policy] forbidden`` of the rubric)
+``{{promises 2.1}}``          the promises of one sub-problem's student docstrings, the criteria that grade each
+                              and the public test that fails for its mistake (``grader/promises/``)
 ``{{figure NAME ARGS}}``      a text figure computed at build time by ``FIGURES[NAME](*ARGS)``
 ``{{figure plans MODEL GPUS BATCH TS PS}}``  Problem 5's estimates (answer key) of t in TS x p in PS
 ``{{svg SCHEDULE K M [k=v]}}``  a picture of a simulated schedule: the build writes it to
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from grader import promises
 from grader.protocol import format_points as _points
 from grader.rubric import HARDWARE, Criterion, Rubric, RubricError, load_rubric
 from kit.public_tests import MarkerError, criterion_tests
@@ -383,6 +386,8 @@ def _expand(text: str, source: Path, rubric: Rubric, pictures: dict[str, str],
             return points(criteria, args[0])
         if name == "policy_forbidden" and not args:
             return policy_forbidden(rubric)
+        if name == "promises" and len(args) == 1:
+            return promises.table(promises.load(), args[0])
         try:
             if name == "figure" and args and args[0] in FIGURES:
                 return FIGURES[args[0]](*args[1:])

@@ -4,10 +4,12 @@ Grading in the test process shares one forkserver (torch already imported) acros
 """
 from __future__ import annotations
 
+import importlib
 import time
 from pathlib import Path
 
-from grader.checks import observed
+from grader.checks.judging import Fail, observed
+from grader.checks.recording import Tampered, Unusable
 from grader.child import plain_copy
 from grader.grading import grade
 from grader.layout import REPOSITORY as REPO
@@ -15,7 +17,7 @@ from grader.layout import STUDENT_FILES
 from grader.processes import processes_of
 from grader.protocol import Report
 from grader.result_file import decode, encode
-from grader.rubric import load_rubric
+from grader.rubric import check_modules, load_rubric
 from grader.submission import load_submission
 from kit.handout import strip_solutions
 
@@ -53,9 +55,22 @@ def leftover_processes(uid: int, wait: float = 2.0) -> list[str]:
 
 def observe_and_judge(checks, name: str, seed: int, params: dict | None = None):
     """One check, in this process, along the grader's path: ``observe_<name>`` (as the child
-    runs it), the observation made plain data, written and read back as the child's report
-    (:mod:`grader.result_file`), wrapped by ``observed``, then ``judge_<name>``."""
+    runs it; what the child reports as a failure is raised as :class:`Fail`), the observation
+    made plain data, written and read back as the child's report (:mod:`grader.result_file`),
+    wrapped by ``observed``, then ``judge_<name>``. ``checks`` is a one-module check, or a check string
+    ``"problem2.clock_cycles:schedule"`` (then ``name`` may be None)."""
+    if isinstance(checks, str):
+        observe_module, judge_module = check_modules(checks)
+        name = name or checks.split(":")[1]
+        observe_side, judge_side = importlib.import_module(observe_module), importlib.import_module(judge_module)
+    else:
+        observe_side = judge_side = checks
     params = dict(params or {})
-    observation = plain_copy(getattr(checks, f"observe_{name}")(seed, dict(params)))
+    try:
+        observation = plain_copy(getattr(observe_side, f"observe_{name}")(seed, dict(params)))
+    except Tampered as tampered:
+        raise Fail(str(tampered), details={"tampered": tampered.names}) from tampered
+    except Unusable as unusable:
+        raise Fail(str(unusable)) from unusable
     envelope = decode(encode({"kind": "observation", "observation": observation}))
-    return getattr(checks, f"judge_{name}")(seed, params, observed(envelope["observation"]))
+    return getattr(judge_side, f"judge_{name}")(seed, params, observed(envelope["observation"]))

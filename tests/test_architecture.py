@@ -1,4 +1,4 @@
-"""The arrows between the repository's roles point one way (see README, "Layout").
+"""The arrows between the repository's roles point one way (see docs/architecture.md, "Layout").
 
 An ``ast`` walk over every ``import`` statement, module level and inside functions:
 - no cycle among ``minitorch/`` modules;

@@ -48,3 +48,14 @@ def judge_isolation(seed: int, params: dict, observation) -> None:
         raise Fail(f"TMPDIR {observation['tmpdir']} is not private to the child")
     if any(value == resource.RLIM_INFINITY for value in observation["limits"].values()):
         raise Fail(f"a resource limit is missing: {observation['limits']}")
+
+
+def observe_pieces(seed: int, params: dict):
+    """Which pieces the grader asked this run to use (``params["pieces"]``, see grading)."""
+    return {"pieces": params.get("pieces")}
+
+
+def judge_pieces(seed: int, params: dict, observation) -> None:
+    """Fails the runs that ``params["fails_with"]`` lists ("own", "grader"), naming the pieces."""
+    if observation["pieces"] in params.get("fails_with", []):
+        raise Fail(f"wrong with the {observation['pieces']} pieces")

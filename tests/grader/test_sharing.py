@@ -183,7 +183,7 @@ def test_a_foreign_process_on_the_leased_uid_is_neither_counted_nor_killed(tmp_p
         report = grade_folder(write_submission(tmp_path / "sleeper", {"pipeline.py": sleeper}), only=["2.2-forward"])
         assert report.environment["children_uid"] == uid
         assert report.results[0].status == "passed", report.results[0].message
-        assert any("2.2-forward: your code left 1 process(es)" in note for note in report.notes), report.notes
+        assert any("2.2-forward: your code left 1 process running" in note for note in report.notes), report.notes
         os.kill(stranger_pid, 0)  # still alive
         assert [int(p["Pid"]) for p in processes_of(uid)] == [stranger_pid]
     finally:

@@ -10,6 +10,7 @@ from gradescope_helpers import AUTOGRADER_S, run_autograder, unpack
 
 from grader.layout import REPOSITORY as REPO
 from grader.layout import provided_files
+from grader.rubric import load_rubric
 from kit import bundle, handout
 
 
@@ -44,17 +45,24 @@ def test_the_bundle_ships_the_grading_engine_and_nothing_else(autograder_zip):
         grader_files = {n for n in archive.namelist() if n.startswith("grader/")}
         top = {n for n in archive.namelist() if "/" not in n}
         minitorch_files = {n for n in archive.namelist() if n.startswith("minitorch/")}
-    assert grader_files == {
+    engine = {
         "grader/__init__.py", "grader/__main__.py", "grader/child.py", "grader/cli.py",
-        "grader/gradescope_run.py", "grader/grading.py", "grader/harness.py", "grader/layout.py", "grader/policy.py",
+        "grader/bounded.py", "grader/gpu_results.py", "grader/gradescope_run.py", "grader/grading.py", "grader/harness.py",
+        "grader/layout.py",
+        "grader/policy.py", "grader/submission_limit.py",
         "grader/processes.py", "grader/protocol.py", "grader/report.py", "grader/result_file.py", "grader/rubric.py",
         "grader/rubric.toml", "grader/sandbox/__init__.py", "grader/sandbox/bwrap.py", "grader/sandbox/confine.py",
         "grader/sandbox/memory.py", "grader/sandbox/mounts.py", "grader/sandbox/plan.py", "grader/sandbox/reaper.py",
         "grader/sandbox/seccomp.py", "grader/sandbox/uids.py",
-        "grader/submission.py", "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/compare.py",
-        "grader/checks/performance.py", "grader/checks/problem2.py", "grader/checks/problem3.py",
-        "grader/checks/problem4.py", "grader/checks/problem5.py", "grader/checks/tp_pieces.py",
-    }  # never the kit builder, the course package (running a class), the tests or the grader's self-test check
+        "grader/submission.py", "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/judging.py",
+        "grader/checks/recording.py",
+    }
+    checks = {m.replace(".", "/") + ".py" for c in load_rubric().criteria for m in (c.observe_module, c.judge_module)}
+    assert engine | checks <= grader_files
+    # Beyond the engine, only the checks and what they import; never the kit builder, the course
+    # package (running a class), the tests or the grader's self-test check.
+    assert all(name.startswith("grader/checks/") for name in grader_files - engine)
+    assert "grader/checks/selftest.py" not in grader_files
     assert top == {"setup.sh", "run_autograder", "requirements.txt", "constraints.txt"}
     assert minitorch_files == {f"minitorch/{p.name}" for p in provided_files()}
     assert names == grader_files | top | minitorch_files  # nothing else: no kit/, course/, tests/, handout/

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import zipfile
 
 import pytest
@@ -48,9 +47,6 @@ def built(tmp_path_factory):
 def kit_copy(built, destination):
     shutil.copytree(built, destination)
     borrow_environment(destination)
-    version = "{}.{}".format(*sys.version_info[:2])
-    for stamp in (f".installed-python{version}", f".installed-report-python{version}"):
-        (destination / ".venv" / stamp).touch()  # installed: make installs nothing
     return destination
 
 

@@ -18,7 +18,7 @@ from grader.checks import problem2 as checks
 from grader.rubric import load_rubric
 
 SEED = 7
-PARAMS = {c.name: c.params for c in load_rubric().criteria if c.module == "grader.checks.problem2"}
+PARAMS = {c.name: c.params for c in load_rubric().criteria if c.observe_module == "grader.checks.problem2"}
 
 
 @pytest.fixture(autouse=True)

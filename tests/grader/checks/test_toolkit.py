@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from grader.checks import Fail, Malformed, expect_cases, observed, student_tensor
+from grader.checks.judging import Malformed, expect_cases, observed
+from grader.checks.recording import Unusable, student_tensor
 
 ASKED = [(4, 2), (1, 3), (0, 2)]
 
@@ -53,5 +54,5 @@ def test_student_tensor_runs_no_method_of_a_subclass():
 
 
 def test_student_tensor_names_what_is_not_a_tensor():
-    with pytest.raises(Fail, match="Pipe output: your code returned a list"):
+    with pytest.raises(Unusable, match="Pipe output: your code returned a list"):
         student_tensor([1, 2], "Pipe output")
