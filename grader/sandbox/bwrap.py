@@ -17,6 +17,7 @@ backend is the one chosen only where the in-house jail cannot run: a grader that
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import shutil
@@ -171,7 +172,5 @@ def start(job, confinement: Confinement, sandbox) -> Child:
 
 def _with_descriptors(job, descriptors: list[int]):
     """``job`` whose confinement names the descriptors the child inherits instead of paths."""
-    import dataclasses
-
     inherited = dataclasses.replace(job.confinement, inherited=(1, descriptors[1], descriptors[2]))
     return dataclasses.replace(job, confinement=inherited)
