@@ -181,6 +181,9 @@ def judge(criterion: Criterion, seed: int, outcome: Outcome, submission: Submiss
         return Status.FAILED, _flood_reason(outcome, output_limit_mb)
     if outcome.kind == Kind.EXITED:
         return Status.FAILED, _exit_reason(outcome)
+    if outcome.kind == Kind.MEMORY:
+        return Status.FAILED, (f"its processes together held {format_bytes(outcome.memory_bytes or 0)}, more than a "
+                               "criterion may use (the memory limit counts all of its processes), and were stopped")
     return Status.ERROR, f"grader error in the child for {criterion.check}:\n{envelope.get('message', outcome.kind)}"
 
 

@@ -27,7 +27,8 @@ _CHECK = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?:[a-z_][a-z0-9_]*$")
 CRITERION_KEYS = {"id", "problem", "title", "points", "needs", "check", "timeout", "params", "enabled", "visibility",
                   "fallback"}
 REQUIRED_KEYS = ("id", "problem", "title", "points", "needs", "check")
-SETTINGS_KEYS = {"timeout", "memory_mb", "output_limit_mb", "max_processes", "user", "disabled_problems"}
+SETTINGS_KEYS = {"timeout", "memory_mb", "output_limit_mb", "max_processes", "user", "disabled_problems", "sandbox"}
+SANDBOXES = ("auto", "in-house", "bubblewrap")
 TOP_LEVEL_KEYS = {"grader", "problems", "criterion", "policy", "gradescope"}
 POLICY_KEYS = {"forbidden"}
 GRADESCOPE_KEYS = {"budget", "submission_limit", "limit_window_hours"}
@@ -60,6 +61,8 @@ class Settings:
     child may print (and the largest file it may write). ``max_processes``: processes and
     threads a child may add (Problem 3 forks ranks with torch threads: be generous).
     ``user``: the unprivileged account children run as when the grader runs as root.
+    ``sandbox``: the backend that confines children (see grader/sandbox/README.md): ``auto``
+    (in-house as root, bubblewrap otherwise), ``in-house`` or ``bubblewrap``.
     """
 
     timeout: float = 60.0
@@ -68,6 +71,7 @@ class Settings:
     max_processes: int = 512
     user: str = "nobody"
     disabled_problems: tuple[str, ...] = ()
+    sandbox: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,10 @@ def _settings(table: Any, where: str) -> Settings:
     disabled = table.get("disabled_problems", [])
     if not isinstance(disabled, list) or not all(isinstance(p, str) and _PROBLEM.match(p) for p in disabled):
         raise RubricError(f'{where}: [grader] disabled_problems must be a list of problems like ["2.3"], got {disabled!r}')
-    return Settings(user=user, disabled_problems=tuple(disabled), **values)
+    sandbox = table.get("sandbox", defaults.sandbox)
+    if sandbox not in SANDBOXES:
+        raise RubricError(f"{where}: [grader] sandbox must be one of {', '.join(SANDBOXES)}, got {sandbox!r}")
+    return Settings(user=user, disabled_problems=tuple(disabled), sandbox=sandbox, **values)
 
 
 def _check_function(check: str, label: str) -> None:

@@ -48,15 +48,15 @@ def test_children_drop_root(report):
 
 
 def test_hiding_plan_keeps_only_a_virtualenv_inside_the_repository(monkeypatch, tmp_path):
-    from grader import harness
+    from grader.sandbox import plan
 
     venv = REPO / ".venv-example"
     site = venv / "lib" / "site-packages"
-    monkeypatch.setattr(harness, "_python_folders", lambda: [REPO, REPO / "tests", site, Path("/usr/lib/python3")])
+    monkeypatch.setattr(plan, "_python_folders", lambda: [REPO, REPO / "tests", site, Path("/usr/lib/python3")])
     monkeypatch.setattr(sys, "prefix", str(venv))
     monkeypatch.setattr(sys, "exec_prefix", str(venv))
-    assert harness.hiding_plan(tmp_path) == ((str(REPO.resolve()), (str(site),)),)
-    assert harness.hiding_plan(REPO / "scratch") == ()  # the children's tree would be hidden too
+    assert plan.hiding_plan(tmp_path) == ((str(REPO.resolve()), (str(site),)),)
+    assert plan.hiding_plan(REPO / "scratch") == ()  # the children's tree would be hidden too
 
 
 FORKSERVER_ENVIRONMENT = '''
