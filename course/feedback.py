@@ -28,7 +28,7 @@ from pathlib import Path
 from course import adjustments, canvas
 from course.discovery import safe_file_name
 from course.outcomes import ROWS_FILE, StudentGrade, load_rows
-from grader.protocol import printable, read_json_report
+from grader.protocol import one_line, printable, read_json_report
 from grader.report import counted, report_from_json, summary
 from grader.rubric import VISIBILITIES, Rubric
 
@@ -47,7 +47,7 @@ def text(student: str, report: dict, rubric: Rubric, final: float | None = None,
          show: tuple[str, ...] = ("visible",)) -> str:
     """The feedback of one student from their report; ``final``: the score the course records
     after its adjustment (late penalty, override), said with ``reason``."""
-    lines = [f"Feedback for {student}"]
+    lines = [f"Feedback for {one_line(student)}"]
     if final is not None and final != report.get("score"):
         lines += ["", f"Score recorded by the course: {final:g} (adjusted: {reason or 'by the course staff'})"]
     view = summary(report_from_json(report), rubric, blocked_apart=True, shown=shown_ids(report, rubric, show),
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         table = adjustments.read(args.adjustments) if args.adjustments else {}
     except adjustments.AdjustmentsError as error:
-        print(f"python -m course feedback: error: {error}", file=sys.stderr)
+        print(one_line(f"python -m course feedback: error: {error}"), file=sys.stderr)
         return 2
     for outcome in outcomes:
         if outcome.student in table:
@@ -141,5 +141,5 @@ def run(args: argparse.Namespace) -> int:
         zipped, missing = canvas_zip(args.out, args.canvas_download)
         print(f"Canvas: {counted(zipped, 'feedback file')} -> {args.out / CANVAS_ZIP} (upload it with Re-Upload Submissions)")
         if missing:
-            print(f"Canvas: no feedback for {', '.join(missing)} (no report)")
+            print(one_line(f"Canvas: no feedback for {', '.join(missing)} (no report)"))
     return 0

@@ -28,7 +28,7 @@ from typing import Any
 from course import adjustments, canvas, feedback, regrade, similarity
 from course.discovery import Student, safe_file_name
 from course.outcomes import StudentGrade, apply_report, default_rows, escape_cell, save_rows, write_csv
-from grader.protocol import read_json_report, write_atomic
+from grader.protocol import read_json_report, report_text, write_atomic
 from grader.report import counted
 
 CHANGELOG_COLUMNS = ("when", "run", "student", "criterion", "old_points", "new_points", "old_status", "new_status")
@@ -221,7 +221,7 @@ def _merge_one(outcome: StudentGrade, cpu: dict, gpu: dict) -> None:
                for m in cpu.get("merged", []) if isinstance(m, dict))
     if not done:  # merging the same GPU run twice would list it twice under `merged`
         cpu, _ = regrade.merge(cpu, gpu, GPU_SOURCE)
-        write_atomic(outcome.report_path, json.dumps(cpu, indent=2) + "\n")
+        write_atomic(outcome.report_path, report_text(cpu))
     _refresh(outcome, cpu)
 
 
