@@ -71,7 +71,7 @@ def escape_cell(value: object) -> str:
     breaks escaped (a student's name is a folder's), formula-like starts given a leading quote."""
     text = "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
     text = one_line(text)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text  # (a tab or CR start is escaped already)
 
 
 def one_line_each(progress: Callable[[str], object]) -> Callable[[str], object]:
