@@ -277,6 +277,24 @@ def record_writes(modules: list[types.ModuleType]) -> None:
             module.__class__ = _RecordedModule
 
 
+def refuse_pickles() -> None:
+    """From now on ``torch.load`` in this process (and those it forks) loads weights only,
+    whatever its caller asks: a pickle, which runs code when it is loaded, could carry code
+    the policy scan never reads (``weights_only=False`` on a payload in a student's file).
+    The grader's own loads (the launcher's rank results) already ask for weights only."""
+    import torch
+    import torch.serialization
+
+    load = torch.serialization.load
+
+    def weights_only_load(*args, **kwargs):
+        kwargs["weights_only"] = True
+        return load(*args, **kwargs)
+
+    weights_only_load.__doc__ = load.__doc__
+    torch.load = torch.serialization.load = weights_only_load
+
+
 def in_every_rank(rank_fn):
     """``rank_fn`` checked in the rank process that runs it: the child's own tamper check
     never runs in the processes it forks, so this one compares :func:`identities` at the
