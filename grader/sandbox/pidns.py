@@ -56,18 +56,28 @@ def enter(status: int) -> None:
     reading, writing = os.pipe()
     init = os.fork()
     if init:
-        os.close(writing)
-        os.write(status, f"init {init}\n".encode())
-        os.close(status)
-        _relay(init, reading)
-    os.close(reading)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the outer process killed (a timeout): so is the namespace
-    _mount_proc()
-    worker = os.fork()
+        try:
+            os.close(writing)
+            os.write(status, f"init {init}\n".encode())
+            os.close(status)
+            _relay(init, reading)
+        finally:
+            os._exit(70)  # never back into the child's own code: it would report for the worker
+    try:
+        os.close(reading)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the outer process killed (a timeout): so is the namespace
+        _mount_proc()
+        worker = os.fork()
+    except BaseException:
+        os._exit(70)
     if worker:
-        _reap(worker, status, writing)
+        try:
+            _reap(worker, status, writing)
+        finally:
+            os._exit(70)
     os.close(status)
     os.close(writing)
+    os.setpgid(0, 0)  # the criterion's own process group, as a child without a namespace has
 
 
 def _mount_proc() -> None:
@@ -77,7 +87,7 @@ def _mount_proc() -> None:
     if libc.mount(b"proc", b"/proc", b"proc", flags, b"hidepid=2") != 0:
         error = ctypes.get_errno()
         os.write(2, f"grader: cannot mount the PID namespace's /proc: {os.strerror(error)}\n".encode())
-        os._exit(70)
+        raise OSError(error, "mount /proc")
 
 
 def _reap(worker: int, status: int, writing: int) -> None:
@@ -90,18 +100,14 @@ def _reap(worker: int, status: int, writing: int) -> None:
             break
         if pid == worker:
             break
-    try:
-        os.write(status, f"left {len(left_running())}\n".encode())
-        os.write(writing, STATUS.pack(wait_status))
-    finally:
-        os._exit(0)  # the kernel kills whatever is left in the namespace
+    os.write(status, f"left {len(left_running(worker))}\n".encode())
+    os.write(writing, STATUS.pack(wait_status))
+    os._exit(0)  # the kernel kills whatever is left in the namespace
 
 
-def left_running() -> list[int]:
-    """Pids of the namespace's live processes, init apart, outside the process group the
-    worker was started in. That group's id belongs to the outer process, outside this
-    namespace, so ``/proc`` shows it as 0 here; a process that called ``setsid`` or
-    ``setpgid`` shows its own."""
+def left_running(worker: int) -> list[int]:
+    """Pids of the namespace's live processes, init apart, outside the worker's process
+    group (it leads one of its own: a process that called ``setsid`` or ``setpgid`` left it)."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or name == "1":
@@ -111,7 +117,7 @@ def left_running() -> list[int]:
                 fields = stat_file.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if fields[0] != b"Z" and int(fields[2]) != 0:
+        if fields[0] != b"Z" and int(fields[2]) != worker:
             found.append(int(name))
     return found
 
@@ -128,7 +134,8 @@ def _relay(init: int, reading: int) -> None:
     wait_status = STATUS.unpack(data)[0] if len(data) == STATUS.size else init_status
     if os.WIFSIGNALED(wait_status):
         number = os.WTERMSIG(wait_status)
-        signal.signal(number, signal.SIG_DFL)
+        if number not in (signal.SIGKILL, signal.SIGSTOP):  # (those two have no handler to reset)
+            signal.signal(number, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
         os.kill(os.getpid(), number)
         time.sleep(1)  # a signal whose default is not to end the process: say so in the status
