@@ -111,9 +111,12 @@ def test_a_nul_in_an_archived_name_never_reaches_a_reader(tmp_path):
 
 
 def test_the_terminal_shows_a_hostile_archive_on_lines_of_the_graders_own(tmp_path):
-    """``python -m grader grade`` on an archive refused for a hostile name: what reaches the
-    TA's terminal (stdout and stderr) is the grader's own lines only."""
-    archive = _zip(tmp_path / "submission.zip", [(f"{HOSTILE}/pipeline.py", b"", True)])
+    """``python -m grader grade`` on an archive refused for a hostile name, in a folder named
+    with newlines (as a class's student folder may be): what reaches the TA's terminal (stdout
+    and stderr) is the grader's own lines only."""
+    folder = tmp_path / HOSTILE.replace("/", "-")
+    folder.mkdir()
+    archive = _zip(folder / "submission.zip", [(f"{HOSTILE}/pipeline.py", b"", True)])
     run = subprocess.run([sys.executable, "-m", "grader", "grade", str(archive), "--only", "2.1-schedule"],
                          cwd=REPOSITORY, capture_output=True, text=True, timeout=300)
     shown = run.stdout + run.stderr
