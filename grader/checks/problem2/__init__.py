@@ -1,0 +1,1 @@
+"""Problem 2 checks (map below)."""
