@@ -35,7 +35,7 @@ class GraderStage(nn.Module):
     require grad) or "buffers" (a stage without parameters). Every call appends ``(first row,
     rows)`` to ``given`` and, after its output is made, a record to ``log`` (a list shared by the
     stages of one pipe). ``sleep`` seconds are slept first (releasing the GIL); ``stall`` seconds
-    more on the microbatch ``stall_on``; ``fail_on`` names a microbatch (the one holding row
+    more, once, on the microbatch ``stall_on`` (``stall`` is 0 once they are over); ``fail_on`` names a microbatch (the one holding row
     ``fail_on * split_size``) on which the stage raises ``FAILURES[fail_with]``.
     """
 
@@ -72,6 +72,7 @@ class GraderStage(nn.Module):
             time.sleep(self.sleep)
         if self.stall and self._holds(self.stall_on, first, rows):
             time.sleep(self.stall)
+            self.stall = 0.0  # once: the same microbatch sent again runs at once
         self.given.append((first, rows))
         if self._holds(self.fail_on, first, rows):
             error = FAILURES[self.fail_with](f"stage {self.index} refuses microbatch {self.fail_on}")

@@ -1,0 +1,92 @@
+"""2.2-forward and 2.2-input-unchanged, parent side: every output against the grader's stages run
+in sequence with plain PyTorch (values, shape, dtype, device, row order, the microbatches each
+stage was given), and the caller's batch against the batch the grader made. Observed in
+``observe.py``."""
+from __future__ import annotations
+
+import torch
+
+from grader.checks.judging import Fail, Malformed, expect_cases, expect_tensor
+from grader.checks.problem2.expected import microbatch_sizes, sequential
+from grader.checks.problem2.judge_pipe import TOLERANCE, compare_rows, describe, differs, microbatch_mistake
+from grader.checks.problem2.pipe_forward.cases import FORWARD_CASES, INPUT_CASES
+from grader.checks.problem2.stages import WIDTH, case_input, case_stages
+
+
+def _case_text(case: dict) -> str:
+    extras = []
+    shape = case.get("shape", [WIDTH])
+    if shape != [WIDTH]:
+        extras.append(f"a batch of shape [rows, {', '.join(map(str, shape))}]" if shape else "a 1-D batch")
+    if "dtype" in case:
+        extras.append(case["dtype"])
+    if case.get("layout") == "transposed":
+        extras.append("a non-contiguous batch (x.t().contiguous().t())")
+    if "kinds" in case:
+        extras.append("stages " + ", ".join(f"{j}: {kind}" for j, kind in enumerate(case["kinds"]))
+                      + " (buffers: no parameters)")
+    if "container" in case:
+        extras.append(f"the stages given as a {case['container']}")
+    if case.get("requires_grad"):
+        extras.append("a batch that requires grad")
+    if case.get("mode"):
+        extras.append(f"under torch.{case['mode']}()")
+    return "; ".join(extras)
+
+
+def _judge_call(where: str, case: dict, x: torch.Tensor, expected: torch.Tensor, run, later: bool) -> None:
+    rows, split_size = x.shape[0], case["split"]
+    sizes = microbatch_sizes(rows, split_size)
+    mistake = microbatch_mistake(run["sizes"][0], rows, split_size)
+    if mistake:
+        raise Fail(f"{where}: {mistake}")
+    for j, got in enumerate(run["sizes"]):
+        if got != sizes:
+            raise Fail(f"{where}: stage {j} was given microbatches of {got} rows; expected {sizes}, as stage 0 "
+                       "(the output of (i, j) is the input of (i, j + 1))")
+    out = expect_tensor(run["output"], f"{where}: the output")
+    if tuple(out.shape) != tuple(expected.shape) or out.dtype != expected.dtype:
+        raise Fail(f"{where}: expected an output of shape {list(expected.shape)} ({expected.dtype}), got "
+                   f"{list(out.shape)} ({out.dtype}): one output row per input row, in the stages' dtype")
+    rtol, atol = TOLERANCE[case.get("dtype", "float64")]
+    if not torch.allclose(out, expected, rtol=rtol, atol=atol):
+        stale = " (results left over from an earlier call?)" if later else ""
+        raise Fail(f"{where}: {compare_rows(expected, out, split_size, rtol, atol)}{stale}")
+    if run["device"] != "cpu":
+        raise Fail(f"{where}: the output is on {run['device']}; expected the last stage's device cpu")
+
+
+def judge_forward(seed: int, params: dict, observation) -> None:
+    entries = expect_cases(observation, list(range(len(FORWARD_CASES))), "Pipe forward")
+    for index, (case, seen) in enumerate(zip(FORWARD_CASES, entries)):
+        calls, extras = len(case["rows"]), _case_text(case)
+        stages = case_stages(seed, index, case)
+        if seen["registered"] != seen["parameters"]:
+            raise Fail(f"case {index} ({extras or 'the grader stages'}): pipe.parameters() holds {seen['registered']} "
+                       f"of the stages' {seen['parameters']} parameters")
+        if len(seen["runs"]) != calls:
+            raise Malformed(f"Pipe forward, case {index}: {len(seen['runs'])} calls came back; the grader made {calls}")
+        for call, (rows, run) in enumerate(zip(case["rows"], seen["runs"])):
+            what = describe(case["stages"], rows, case["split"]) + (f"; {extras}" if extras else "")
+            x = case_input(seed, 100 * index + call, rows, case)
+            with torch.no_grad():
+                expected = sequential(stages, x)
+            _judge_call(f"{what}, call {call + 1} of {calls} on one Pipe", case, x, expected, run, later=call > 0)
+
+
+def judge_input_unchanged(seed: int, params: dict, observation) -> None:
+    entries = expect_cases(observation, list(range(len(INPUT_CASES))), "Pipe forward, the caller's input")
+    for index, (case, entry) in enumerate(zip(INPUT_CASES, entries)):
+        requires_grad = case.get("requires_grad", False)
+        where = f"{describe(case['stages'], case['rows'], case['split'])}; {_case_text(case) or 'a plain batch'}"
+        if entry["requires_grad"] != requires_grad or entry["grad_fn"]:
+            now = "is part of an autograd graph" if entry["grad_fn"] else f"has requires_grad={entry['requires_grad']}"
+            raise Fail(f"{where}: after the forward the caller's x {now}; the Pipe must not switch it (whether x "
+                       "gets a gradient is the caller's choice)")
+        if entry["grad"]:
+            raise Fail(f"{where}: after a forward alone (no backward) the caller's x has a .grad; expected none")
+        before = case_input(seed, 500 + index, case["rows"], case)
+        values = expect_tensor(entry["values"], where)
+        if values.shape != before.shape or values.dtype != before.dtype or not torch.equal(values, before):
+            raise Fail(f"{where}: forward changed the caller's x in place (its values {differs(values, before)}); "
+                       "it must leave x as it was")
