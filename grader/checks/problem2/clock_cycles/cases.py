@@ -20,13 +20,13 @@ INVALID_CASES = [(-1, 3), (2, 0), (2, -1), (0, -2), (0, 0), (-3, -1),
 # Run first, each equal (and of equal hash) to an invalid case: a cache hit must not skip the checks.
 TWIN_CASES = [(1, 3), (3, 1), (0, 2), (2, 3), (3, 2)]
 
-# The work done before the first wave at M = K = 4096 against that at (4096, 1) plus (1, 4096):
+# The work done before the first wave at M = K = 2048 against that at (2048, 1) plus (1, 2048):
 # work that grows with M + K (state per microbatch or per stage, a fixed cost per call) is about
-# the same at both; work that grows with M * K is 2,000 times more. Each size is called once (a
+# the same at both; work that grows with M * K is 1,000 times more. Each size is called once (a
 # cache of an earlier call must not hide the work).
-EDGE_WORK_CASES = [(4096, 1), (4097, 1), (1, 4096), (1, 4097)]
-SQUARE_WORK_CASES = [(4096, 4096), (4095, 4097), (4097, 4095)]
-WORK_CUT_SECONDS = 1.0  # CPU seconds a first wave may take before the child stops waiting for it
+EDGE_WORK_CASES = [(2048, 1), (2049, 1), (1, 2048), (1, 2049)]
+SQUARE_WORK_CASES = [(2048, 2048), (2047, 2049), (2049, 2047)]
+WORK_CUT_SECONDS = 0.5  # CPU seconds a first wave may take before the child stops waiting for it
 
 
 def case_key(m, k) -> list[str]:

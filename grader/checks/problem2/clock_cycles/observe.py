@@ -100,7 +100,7 @@ def _observe_waves() -> dict:
     interleaved = {key: first[key] + rest[key] for key in ("waves", "pairs", "made_of")}
     interleaved["error"] = first["error"] or rest["error"]
     shared = any(any(wave is old for old in objects[SHOWN_CASE]) for wave in fresh)
-    for wave in fresh:  # the caller's waves are the caller's: changing them must not change the next call
+    for wave in [*objects[SHOWN_CASE], *fresh]:  # the caller's to change: the next call must not see it
         if isinstance(wave, list):
             wave.append((-1, -1))
     again, _ = _run(clock_cycles, m, k)
