@@ -12,7 +12,7 @@ OUTPUT_LAYER = 3.3  # the lecture's anchor: the output layer costs about 3.3 ord
 LECTURE = [1] * 7 + [OUTPUT_LAYER]
 RANDOM_CASES = 36
 MAX_LAYERS, MAX_STAGES = 64, 16  # the contract's largest sizes
-CUT_SECONDS = 2.0  # CPU seconds one call may take before the child stops it (the contract's sizes need milliseconds)
+CUT_SECONDS = 1.0  # CPU seconds one call may take before the child stops it (the contract's sizes need milliseconds)
 
 
 def _shared(rng: random.Random) -> list[float]:

@@ -79,14 +79,14 @@ def judge_input_unchanged(seed: int, params: dict, observation) -> None:
     for index, (case, entry) in enumerate(zip(INPUT_CASES, entries)):
         requires_grad = case.get("requires_grad", False)
         where = f"{describe(case['stages'], case['rows'], case['split'])}; {_case_text(case) or 'a plain batch'}"
+        before = case_input(seed, 500 + index, case["rows"], case)
+        values = expect_tensor(entry["values"], where)
+        if values.shape != before.shape or values.dtype != before.dtype or not torch.equal(values, before):
+            raise Fail(f"{where}: forward changed the caller's x in place (its values {differs(values, before)}); "
+                       "it must leave x as it was")
         if entry["requires_grad"] != requires_grad or entry["grad_fn"]:
             now = "is part of an autograd graph" if entry["grad_fn"] else f"has requires_grad={entry['requires_grad']}"
             raise Fail(f"{where}: after the forward the caller's x {now}; the Pipe must not switch it (whether x "
                        "gets a gradient is the caller's choice)")
         if entry["grad"]:
             raise Fail(f"{where}: after a forward alone (no backward) the caller's x has a .grad; expected none")
-        before = case_input(seed, 500 + index, case["rows"], case)
-        values = expect_tensor(entry["values"], where)
-        if values.shape != before.shape or values.dtype != before.dtype or not torch.equal(values, before):
-            raise Fail(f"{where}: forward changed the caller's x in place (its values {differs(values, before)}); "
-                       "it must leave x as it was")

@@ -67,9 +67,12 @@ def frozen_stages(seed: int) -> list:
 def through_frozen(seed: int, model) -> dict:
     """Frozen stages: a batch without grad gives an output that needs none; one with grad gets its gradient."""
     rows = FROZEN_CASE[1]
-    plain = student_tensor(model(make_batch(seed, 900, rows)), "Pipe forward")
+    x = make_batch(seed, 900, rows)
+    plain = student_tensor(model(x), "Pipe forward")
+    switched = x.requires_grad  # the Pipe switched the caller's batch (2.2-input-unchanged's mistake)
     x = make_batch(seed, 901, rows).requires_grad_()
     loss, _ = _loss(model, x, loss_weights(seed, 901, (rows, WIDTH)))
     if loss is not None and loss.requires_grad:
         loss.backward()
-    return {"plain_requires_grad": bool(plain.requires_grad), "input_grad": None if x.grad is None else x.grad.clone()}
+    return {"plain_requires_grad": bool(plain.requires_grad), "input_switched": bool(switched),
+            "input_grad": None if x.grad is None else x.grad.clone()}

@@ -1,11 +1,12 @@
-"""Problem 2.3's judge (parent side) on synthetic observations, and the one-GPU smoke rubric.
+"""Problem 2.3's judge (grader/checks/problem2/speedup/judge.py) on synthetic observations, and the one-GPU smoke rubric.
 
 The observe side needs CUDA GPUs and cannot run here; see scripts/ and README for the GPU run.
 """
 import pytest
 
-from grader.checks import Fail
-from grader.checks.performance import FULL, judge_speedup
+from grader.checks.judging import Fail
+from grader.checks.problem2.speedup.judge import judge_speedup
+from minitorch.workload import FULL
 from grader.layout import DEFAULT_RUBRIC
 from grader.rubric import load_rubric
 
@@ -78,3 +79,8 @@ def test_judge_details_reach_the_json_report():
                     message=message, seconds=1.0, details=details)
     report = as_json(Report(submission="x", files={}, environment={}, seed=0, planned=1, results=[result]))
     assert report["criteria"][0]["details"]["timing"]["ratios"] == [1.05] * 5
+
+
+def test_another_update_than_the_baseline_fails_saying_so():
+    with pytest.raises(Fail, match="computed another update than the stages run one after the other"):
+        judge_speedup(0, {}, {"smoke": False, "workload": FULL, "mismatch": "after a timed pair the Pipe's parameters differ"})
