@@ -74,9 +74,10 @@ ARCHIVE_MODES = {"zip": None, "tar.gz": "w:gz", "tgz": "w:gz"}
 BOUND_SECONDS = 60  # any entry, hostile ones included, is graded within this
 REPORT_BYTES = 1_000_000  # any entry's report.json and results.json stay below this
 RUN_TOKEN = "@RUN_TOKEN@"
-# An entry grades Problem 2.2 unless it says otherwise: the 2.2 checks run the grader's own
-# clock_cycles and no 2.1 or 2.4 check runs a Pipe, so a mistake in one part cannot cost another
-# (2.1 and 2.4 entries say `only`; 2.3 needs GPUs). Grading fewer criteria keeps the catalogue fast.
+# An entry grades Problem 2.2 unless it says otherwise: a 2.2 check that fails with the student's
+# clock_cycles runs again with the grader's (fallback) and no 2.1 or 2.4 check runs a Pipe, so a
+# mistake in one part cannot cost another (2.1 and 2.4 entries say `only`; 2.3 needs GPUs).
+# Grading fewer criteria keeps the catalogue fast.
 DEFAULT_ONLY = ["2.2"]
 # Problem 3's criteria run the grader's own pieces in place of the other sub-problems' (see
 # grader/checks/tp_pieces.py). For each sub-problem, at least one entry with a mistake in it grades

@@ -13,6 +13,7 @@ from torch import nn
 
 WIDTH = 6  # column 0 carries the row number through every stage; 5 features are mixed
 DTYPE = torch.float64
+HOLD_LIMIT = 5.0  # seconds a held stage waits at most for its release
 
 
 class GraderStageError(Exception):
@@ -34,8 +35,8 @@ class GraderStage(nn.Module):
     ``parameters``: "trained" (weight and bias are parameters), "frozen" (parameters that do not
     require grad) or "buffers" (a stage without parameters). Every call appends ``(first row,
     rows)`` to ``given`` and, after its output is made, a record to ``log`` (a list shared by the
-    stages of one pipe). ``sleep`` seconds are slept first (releasing the GIL); ``stall`` seconds
-    more, once, on the microbatch ``stall_on`` (``stall`` is 0 once they are over); ``fail_on`` names a microbatch (the one holding row
+    stages of one pipe). ``sleep`` seconds are slept first (releasing the GIL); on the microbatch
+    ``hold_on`` it waits, once, until the event ``hold`` is set (HOLD_LIMIT seconds at most); ``fail_on`` names a microbatch (the one holding row
     ``fail_on * split_size``) on which the stage raises ``FAILURES[fail_with]``.
     """
 
@@ -54,7 +55,8 @@ class GraderStage(nn.Module):
         self.index = index
         self.log = log
         self.sleep = 0.0
-        self.stall, self.stall_on = 0.0, None
+        self.hold: threading.Event | None = None
+        self.hold_on: int | None = None
         self.fail_on: int | None = None
         self.fail_with = "Exception"
         self.split_size = 1
@@ -70,9 +72,10 @@ class GraderStage(nn.Module):
         first = int(flat[0, 0].item()) if rows and x.dim() > 1 else -1
         if self.sleep:
             time.sleep(self.sleep)
-        if self.stall and self._holds(self.stall_on, first, rows):
-            time.sleep(self.stall)
-            self.stall = 0.0  # once: the same microbatch sent again runs at once
+        hold = self.hold
+        if hold is not None and self._holds(self.hold_on, first, rows):
+            self.hold = None  # once: the same microbatch sent again runs at once
+            hold.wait(HOLD_LIMIT)
         self.given.append((first, rows))
         if self._holds(self.fail_on, first, rows):
             error = FAILURES[self.fail_with](f"stage {self.index} refuses microbatch {self.fail_on}")

@@ -129,7 +129,7 @@ def test_a_cache_keyed_on_the_callers_list_object_fails_the_balance(student, rig
 
 
 def test_a_cache_handing_out_its_own_list_fails_only_the_arguments(student, right):
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def cached(costs, num_stages):
         return right(list(costs), num_stages)
 

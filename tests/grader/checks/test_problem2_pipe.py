@@ -290,17 +290,33 @@ def test_catching_only_exception_fails_only_the_base_exception_convention(studen
         run(name)
 
 
-def test_a_timeout_swallowed_and_retried_fails_the_exceptions(student):
+@pytest.mark.parametrize("resubmit", [True, False], ids=["resubmitted", "received-again"])
+def test_a_timeout_retried_fails_the_exceptions(student, resubmit):
     def receive(workers, j):
         try:
             return workers.receive(j)
         except TimeoutError:
-            workers.submit(j, lambda: None)  # "try again": what comes back is not the stage's output
+            if resubmit:  # "try again": the stage's call is sent once more
+                workers.submit(j, lambda: None)
             return workers.receive(j)
 
     written_out(student, receive=receive)
-    fails("exceptions", r"timeout=0.5\) whose stage 1 takes 1 s .* the TimeoutError that StageWorkers.receive raised must reach the caller|"
-                        r"timeout=0.5\) whose stage 1 takes 1 s .*: the caller got")
+    if resubmit:
+        fails("exceptions", r"timeout=0.5\) whose stage 0 does not finish microbatch 0 in time: after the TimeoutError the "
+                            r"Pipe submitted to stage 0 again")
+    else:  # the second receive raises RuntimeError (nothing pending), which carries the TimeoutError
+        fails("exception_unchanged", r"the caller got RuntimeError: .*nothing pending.*, not the TimeoutError")
+
+
+def test_a_timeout_swallowed_fails_the_exceptions(student):
+    def forward(original, self, x):
+        try:
+            return original(self, x)
+        except TimeoutError:
+            return torch.zeros_like(x)
+
+    with_forward(student, forward)
+    fails("exceptions", r"timeout=0.5\) .*: the forward returned normally; the TimeoutError that StageWorkers.receive raised must reach")
 
 
 def test_new_workers_after_an_error_fail_the_exceptions(student):

@@ -4,8 +4,8 @@ correct schedules written another way keep every point."""
 from __future__ import annotations
 
 import functools
-import numbers
 import itertools
+import numbers
 import time
 
 import pytest
@@ -180,7 +180,7 @@ def every_pair_scanned_per_wave(m, k):
         yield [(i, j) for j in range(k) for i in range(m) if i + j == wave]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _whole(m, k):
     return tuple(tuple(wave) for wave in right_waves(m, k))
 
@@ -278,7 +278,7 @@ def caching_schedules():
 
 
 def caching_waves():
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def wave(number, m, k):
         return [(number - j, j) for j in range(max(0, number - m + 1), min(number, k - 1) + 1)]
 

@@ -6,9 +6,9 @@ import pytest
 
 from grader.checks.judging import Fail
 from grader.checks.problem2.speedup.judge import judge_speedup
-from minitorch.workload import FULL
 from grader.layout import DEFAULT_RUBRIC
 from grader.rubric import load_rubric
+from minitorch.workload import FULL
 
 
 def expected_calls(num_microbatches):

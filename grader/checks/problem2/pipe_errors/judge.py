@@ -84,10 +84,15 @@ def judge_exceptions(seed: int, params: dict, observation) -> None:
 def _judge_timeout(seed: int, seen) -> None:
     case = TIMEOUT_CASE
     where = (f"{describe(case['stages'], case['rows'], case['split'])}, Pipe(..., timeout={case['timeout']:g}) whose stage "
-             f"{case['stage']} takes {case['stall']:g} s on microbatch {case['microbatch']}")
+             f"{case['stage']} does not finish microbatch {case['microbatch']} in time")
     caught = seen["caught"]
-    if not seen["stalled"]:
+    if not seen["held"]:
         raise Fail(f"{where}: stage {case['stage']} was never given microbatch {case['microbatch']}; see 2.2-call-order")
+    submits = [stage for kind, stage in seen["calls"] if kind == "submit"]
+    if submits.count(case["stage"]) > 1:
+        raise Fail(f"{where}: after the TimeoutError the Pipe submitted to stage {case['stage']} again (calls: "
+                   f"{' '.join(f'{kind}({stage})' for kind, stage in seen['calls'][:12])}): a timed-out call is not "
+                   "retried; the TimeoutError that StageWorkers.receive raised must reach the caller")
     if not caught["raised"]:
         raise Fail(f"{where}: the forward returned normally; the TimeoutError that StageWorkers.receive raised must "
                    "reach the caller (not swallowed, not retried: the timeout is the caller's bound on a stage)")
@@ -120,6 +125,11 @@ def judge_exception_unchanged(seed: int, params: dict, observation) -> None:
             raise Fail(f"{where}: the stages ran {list(seen['calls'])} microbatches (stage 0, 1, ...) before the error "
                        f"reached the caller; expected {allowed}: the forward stops once the wave the error was raised "
                        "in is taken back, no later wave runs")
+    caught = observation["timeout"]["caught"]
+    if caught["raised"] and caught["timeout"] and not caught["is_timeout"]:  # one that never arrived is 2.2-exceptions'
+        raise Fail(f"Pipe(..., timeout={TIMEOUT_CASE['timeout']:g}) whose stage {TIMEOUT_CASE['stage']} does not finish in "
+                   f"time: the caller got {caught['type']}: {caught['message']!r}, not the TimeoutError that "
+                   "StageWorkers.receive raised; let that exception reach the caller unchanged")
 
 
 def judge_base_exception(seed: int, params: dict, observation) -> None:

@@ -35,7 +35,7 @@ def _caught(pipe, x, own: list) -> dict:
         chain = _chain(error)
         return {"raised": True, "type": type(error).__qualname__, "message": str(error)[:500],
                 "same_object": any(error is mine for mine in own), "carries": any(e is mine for e in chain for mine in own),
-                "timeout": any(isinstance(e, TimeoutError) for e in chain)}
+                "timeout": any(isinstance(e, TimeoutError) for e in chain), "is_timeout": isinstance(error, TimeoutError)}
     return {"raised": False}
 
 
@@ -74,25 +74,28 @@ def _failing_case(seed: int, pipeline, runtime, kind: str, index: int) -> dict:
 
 
 def _timeout_case(seed: int, pipeline, runtime) -> dict:
-    case = TIMEOUT_CASE
-    tag = TAGS["timeout"]
+    """A stage held past the Pipe's timeout: what reached the caller and the calls the Pipe made
+    before it did (a resubmitted call shows), then, the stage released, the next forward."""
+    case, tag = TIMEOUT_CASE, TAGS["timeout"]
     stages = build_stages(seed, tag, case["stages"])
     for stage in stages:
         stage.split_size = case["split"]
-    slow = stages[case["stage"]]
-    slow.stall, slow.stall_on = case["stall"], case["microbatch"]
+    held, release = stages[case["stage"]], trusted.Event()
+    held.hold, held.hold_on = release, case["microbatch"]
     pipe = pipeline.Pipe(stages, devices=["cpu"] * case["stages"], split_size=case["split"], timeout=case["timeout"])
+    events: list = []
     try:
         workers = pipe.workers
-        started = trusted.monotonic()
-        caught = _caught(pipe, make_batch(seed, tag, case["rows"]), [])
-        while slow.stall and trusted.monotonic() - started < case["stall"] + THREAD_WAIT:
-            trusted.sleep(0.02)  # the slow call ends (its late result is dropped) before the next forward
+        with runtime.observe(events.append):
+            caught = _caught(pipe, make_batch(seed, tag, case["rows"]), [])
+        release.set()  # the held call ends now; its late result is the workers' to drop
         again = _next_forward(runtime, pipe, seed, GOOD_BATCH + tag, case["rows"])
         again["same_workers"] = pipe.workers is workers and again["workers"] in ([], [id(workers)])
     finally:
+        release.set()
         pipe.close()
-    return {"caught": caught, "stalled": slow.stall == 0, "again": again}
+    return {"caught": caught, "held": held.hold is None, "calls": [(e.kind, e.stage) for e in events if e.kind in ("submit", "receive")],
+            "again": again}
 
 
 def _alive(before: set) -> list[str]:
@@ -122,8 +125,8 @@ def observe_exceptions(seed: int, params: dict):
 
 
 def observe_exception_unchanged(seed: int, params: dict):
-    """The same failing stages as 2.2-exceptions; judged on what reached the caller and on what ran after the error."""
-    return _observe(seed, params, "exception", timeout=False)
+    """The same failing stages (and timeout) as 2.2-exceptions; judged on what reached the caller and on what ran after the error."""
+    return _observe(seed, params, "exception", timeout=True)
 
 
 def observe_base_exception(seed: int, params: dict):
