@@ -91,7 +91,8 @@ class Pipe(nn.Module):
     ``Pipe(stages, devices, split_size)(x)`` computes the same values as
     ``stages[-1](...stages[1](stages[0](x)))``, but splits ``x`` into microbatches and
     lets every stage work on a different microbatch at the same time, one worker thread
-    per stage (:class:`minitorch.runtime.StageWorkers`, kept as ``self.workers``).
+    per stage (:class:`minitorch.runtime.StageWorkers`, kept as ``self.workers``). The
+    constructor and ``close()`` are provided; you write ``forward``.
 
     Args:
         stages: the pipeline stages, a non-empty sequence of ``nn.Module`` (a list, a
@@ -102,7 +103,8 @@ class Pipe(nn.Module):
             ``"cpu"`` for every stage.
         split_size: rows per microbatch (>= 1). The last microbatch may be smaller; a
             ``split_size`` larger than the batch gives a single microbatch.
-        timeout: seconds a stage may take before ``TimeoutError`` (see StageWorkers).
+        timeout: seconds a stage's call may take before ``TimeoutError`` (see
+            StageWorkers).
 
     Raises:
         ValueError: no stages, a stage that is not an ``nn.Module``, ``len(devices) !=
@@ -147,12 +149,15 @@ class Pipe(nn.Module):
         Returns:
             ``stages[-1](...stages[0](x))``: the microbatch outputs concatenated along
             dimension 0 in the original row order, on ``devices[-1]``, equal to the
-            stages run in sequence on each microbatch (up to floating-point rounding).
-            Nothing is detached: ``backward()`` reaches every stage's parameters that
-            require grad, and ``x`` when it requires grad.
+            stages run in sequence on each microbatch (up to floating-point rounding),
+            in their dtype. Nothing is detached: ``backward()`` reaches every stage's
+            parameters that require grad, and ``x`` when it requires grad, adding to what
+            their ``.grad`` holds as the stages run in sequence would; the output requires
+            grad exactly when theirs would.
 
         Guarantees:
-            - Stage ``j`` runs on its worker thread (``self.workers``), microbatches in
+            - Stage ``j`` runs on its worker thread (``self.workers``, the same
+              StageWorkers for every call until ``close()``), microbatches in
               order, at most ``K`` of them at once across the pipeline: the schedule is
               ``clock_cycles(M, K)`` (look it up by that name when forward runs), each wave
               handed out to the workers as a whole before any of its results is waited
@@ -162,7 +167,8 @@ class Pipe(nn.Module):
               microbatch happens on its stage's thread.
             - The grad mode of the caller (``torch.no_grad``, ``torch.inference_mode``)
               holds in every stage.
-            - ``x`` is left as it was: same values, same ``requires_grad``.
+            - ``x`` is left as it was: same values, same ``requires_grad``, no ``.grad``
+              (a forward alone computes no gradient).
             - Calls are independent: another batch size on the next call, or a call after
               one that raised, works like a first call.
 
@@ -170,6 +176,8 @@ class Pipe(nn.Module):
             The first exception a stage raised (in schedule order), unchanged: the same
             object, whatever its class (``BaseException`` included), once the wave it
             was raised in has been taken back, so the Pipe can be called again afterwards.
+            TimeoutError: a stage's call took longer than ``timeout`` (``StageWorkers.receive``
+                raises it): it reaches the caller unchanged, and the call is not retried.
         """
         # BEGIN SOLUTION 2.2
         def _run_stage(stage: nn.Module, microbatch: torch.Tensor, device: torch.device) -> torch.Tensor:

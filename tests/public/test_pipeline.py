@@ -332,13 +332,9 @@ def test_pipe_repeated_calls_with_different_inputs(pipe_factory):
 
 @pytest.mark.problem_2_2
 @pytest.mark.criterion("2.2-forward")
-def test_pipe_does_not_mutate_input_and_registers_parameters(pipe_factory):
+def test_pipe_registers_the_stages_parameters(pipe_factory):
     stages = make_stages(2)
     pipe = pipe_factory(stages, 2)
-    x = torch.randn(5, 6)
-    before = x.clone()
-    pipe(x)
-    assert torch.equal(x, before), "contract (Guarantees): 2 stages, 5 rows: forward changed the caller's x in place"
     expected = sum(len(list(s.parameters())) for s in stages)
     assert len(list(pipe.parameters())) == expected, (
         f"Pipe(2 stages).parameters() holds {len(list(pipe.parameters()))} tensors; expected the stages' {expected} "
@@ -640,7 +636,7 @@ class HeldOnce(nn.Module):
 
 
 @pytest.mark.problem_2_2
-@pytest.mark.criterion("2.2-exceptions")
+@pytest.mark.criterion("2.2-exceptions", "2.2-exception-unchanged")
 def test_a_timeout_reaches_the_caller_and_the_pipe_works_again_on_the_same_workers(pipe_factory):
     held = HeldOnce()
     pipe = pipe_factory([held, Sleeps(0)], 2, timeout=0.5)
