@@ -623,14 +623,15 @@ def test_frozen_stages_need_no_gradient_but_pass_one_to_the_input(pipe_factory):
 
 
 class HeldOnce(nn.Module):
-    """Its first call waits until ``release`` is set (a stage that hangs once); later calls add 1."""
+    """Adds 1; on a microbatch whose first row holds ``row`` it first waits, once, until ``release``
+    is set (a stage that hangs)."""
 
-    def __init__(self):
+    def __init__(self, row):
         super().__init__()
-        self.release = threading.Event()
+        self.row, self.release = row, threading.Event()
 
     def forward(self, x):
-        if not self.release.is_set():
+        if x[0, 0] == self.row and not self.release.is_set():
             self.release.wait(5)
         return x + 1
 
@@ -638,26 +639,27 @@ class HeldOnce(nn.Module):
 @pytest.mark.problem_2_2
 @pytest.mark.criterion("2.2-exceptions", "2.2-exception-unchanged")
 def test_a_timeout_reaches_the_caller_and_the_pipe_works_again_on_the_same_workers(pipe_factory):
-    held = HeldOnce()
-    pipe = pipe_factory([held, Sleeps(0)], 2, timeout=0.5)
+    held = HeldOnce(row=3)  # stage 1's microbatch 1 (rows 2, 3 plus 1), alone in the last wave: any more submits retry
+    pipe = pipe_factory([Sleeps(0), held], 2, timeout=0.5)
     workers, events = pipe.workers, []
     try:
         with runtime.observe(events.append):
-            result = pipe(torch.zeros(4, 1))
+            result = pipe(torch.arange(4.0).unsqueeze(1))
     except TimeoutError:
         pass
     except Exception as error:  # noqa: BLE001 - named in the message
-        pytest.fail(f"contract (Args: timeout): stage 0 did not finish within timeout=0.5: the caller got "
+        pytest.fail(f"contract (Args: timeout): stage 1 did not finish within timeout=0.5: the caller got "
                     f"{type(error).__name__}: {error}; expected the TimeoutError of StageWorkers.receive")
     else:
-        pytest.fail(f"contract (Args: timeout): stage 0 did not finish within timeout=0.5, yet forward returned "
+        pytest.fail(f"contract (Args: timeout): stage 1 did not finish within timeout=0.5, yet forward returned "
                     f"{result.flatten().tolist()}: the TimeoutError must reach the caller (not swallowed, not retried)")
     finally:
         held.release.set()
     submits = [event.stage for event in events if event.kind == "submit"]
-    assert submits == [0], (f"contract (Args: timeout): the calls on the workers were {submits} (stages submitted to) "
-                            "before the TimeoutError reached the caller; expected [0]: a timed-out call is not retried")
-    x = torch.arange(4.0).unsqueeze(1)
+    assert submits == [0, 0, 1, 1], (f"contract (Args: timeout): the Pipe submitted to the stages {submits} before the "
+                                     "TimeoutError reached the caller; expected the schedule's [0, 0, 1, 1]: a timed-out "
+                                     "call is not retried")
+    x = torch.arange(4.0).unsqueeze(1) + 10
     torch.testing.assert_close(pipe(x), x + 2, msg=lambda m: f"after a timeout the next forward is wrong: {m}")
     assert pipe.workers is workers, ("contract (Guarantees): after a timeout the Pipe runs on new workers: self.workers "
                                      "serves every call until close()")

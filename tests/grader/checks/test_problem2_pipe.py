@@ -302,8 +302,8 @@ def test_a_timeout_retried_fails_the_exceptions(student, resubmit):
 
     written_out(student, receive=receive)
     if resubmit:
-        fails("exceptions", r"timeout=0.5\) whose stage 0 does not finish microbatch 0 in time: after the TimeoutError the "
-                            r"Pipe submitted to stage 0 again")
+        fails("exceptions", r"timeout=0.5\) whose stage 1 does not finish microbatch 1 in time: after the TimeoutError the "
+                            r"Pipe submitted to stage 1 again")
     else:  # the second receive raises RuntimeError (nothing pending), which carries the TimeoutError
         fails("exception_unchanged", r"the caller got RuntimeError: .*nothing pending.*, not the TimeoutError")
 

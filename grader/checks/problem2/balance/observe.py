@@ -64,12 +64,14 @@ def observe_balance(seed: int, params: dict):
 
 
 def _admitted(balance_stages) -> list:
+    """Each form of ADMITTED, and the same costs as a list of Python numbers."""
     entries = []
     for form, costs, k in ADMITTED:
         given, num_stages = admitted_call(form, costs, k)
         entry, result = _call(balance_stages, given, num_stages, len(costs))
         unchanged = list(given) == list(costs) if form != "generator" else True
-        entries.append({"case": form, **entry, "aliased": result is given, "unchanged": bool(unchanged)})
+        as_list, _ = _call(balance_stages, list(costs), k, len(costs))
+        entries.append({"case": form, **entry, "aliased": result is given, "unchanged": bool(unchanged), "as_list": as_list})
     return entries
 
 

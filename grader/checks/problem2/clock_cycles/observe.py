@@ -167,7 +167,7 @@ def observe_errors(seed: int, params: dict):
 
     admitted = []
     for m, k in ADMITTED_CASES:
-        admitted.append(_run(clock_cycles, m, k)[0])
+        admitted.append({**_run(clock_cycles, m, k)[0], "as_ints": _run(clock_cycles, int(m), int(k))[0]})
     for m, k in TWIN_CASES:
         _take(lambda m=m, k=k: clock_cycles(m, k), m + k + EXTRA_WAVES)
     rejected = [_bad_call(clock_cycles, m, k) for m, k in INVALID_CASES]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from grader.checks.judging import Fail, expect_cases, expect_tensor
-from grader.checks.problem2.expected import microbatch_sizes, sequential
+from grader.checks.problem2.expected import expected_calls, microbatch_sizes, sequential
 from grader.checks.problem2.judge_pipe import ATOL, RTOL, compare_rows, describe
 from grader.checks.problem2.pipe_errors.cases import GOOD_BATCH, KINDS, TAGS, TIMEOUT_CASE
 from grader.checks.problem2.stages import FAILURES, build_stages, make_batch
@@ -32,19 +32,28 @@ def _cases(observation, kind: str) -> list:
     return expect_cases(observation["cases"], list(range(len(KINDS[kind]))), "Pipe forward with a failing stage")
 
 
-def _judge_again(where: str, seed: int, tag: int, count: int, rows: int, split_size: int, again, leftovers: str) -> None:
-    """The next forward on a good batch: no error, the stages' values, the same workers."""
+def _again_problem(seed: int, tag: int, count: int, rows: int, split_size: int, again) -> str | None:
+    """What is wrong with the next forward on a good batch (an error, other values, other workers), or None."""
     if again["error"] is not None:
-        raise Fail(f"{where}: the next forward on a good batch raised {again['error']}; the Pipe must still work after an error")
+        return f"the next forward on a good batch raised {again['error']}; the Pipe must still work after an error"
     with torch.no_grad():
         expected = sequential(build_stages(seed, tag, count), make_batch(seed, GOOD_BATCH + tag, rows))
-    out = expect_tensor(again["output"], f"{where}: the next forward")
+    out = expect_tensor(again["output"], "the next forward")
     if tuple(out.shape) != tuple(expected.shape) or not torch.allclose(out, expected, rtol=RTOL, atol=ATOL):
         detail = compare_rows(expected, out, split_size) if out.shape == expected.shape else f"shape {list(out.shape)}"
-        raise Fail(f"{where}: the next forward on a good batch is wrong ({detail}): either the forward itself is wrong "
-                   f"(see 2.2-forward) or {leftovers}")
+        return f"the next forward on a good batch is wrong ({detail})"
     if not again["same_workers"]:
-        raise Fail(f"{where}: the next forward ran on other workers than the first: {SAME_WORKERS}")
+        return f"the next forward ran on other workers than the first: {SAME_WORKERS}"
+    return None
+
+
+def _judge_again(where: str, seed: int, tag: int, count: int, rows: int, split_size: int, again, leftovers: str) -> None:
+    """The next forward on a good batch: no error, the stages' values, the same workers."""
+    problem = _again_problem(seed, tag, count, rows, split_size, again)
+    if problem and problem.startswith("the next forward on a good batch is wrong"):
+        problem += f": either the forward itself is wrong (see 2.2-forward) or {leftovers}"
+    if problem:
+        raise Fail(f"{where}: {problem}")
 
 
 def _reached(where: str, seen, kind: str) -> bool:
@@ -89,9 +98,11 @@ def _judge_timeout(seed: int, seen) -> None:
     if not seen["held"]:
         raise Fail(f"{where}: stage {case['stage']} was never given microbatch {case['microbatch']}; see 2.2-call-order")
     submits = [stage for kind, stage in seen["calls"] if kind == "submit"]
-    if submits.count(case["stage"]) > 1:
+    scheduled = [call for wave in expected_calls(len(microbatch_sizes(case["rows"], case["split"])), case["stages"])
+                 for call in wave].count(f"submit({case['stage']})")
+    if submits.count(case["stage"]) > scheduled:  # the held pair is in the last wave: any more is a retry
         raise Fail(f"{where}: after the TimeoutError the Pipe submitted to stage {case['stage']} again (calls: "
-                   f"{' '.join(f'{kind}({stage})' for kind, stage in seen['calls'][:12])}): a timed-out call is not "
+                   f"{' '.join(f'{kind}({stage})' for kind, stage in seen['calls'][:16])}): a timed-out call is not "
                    "retried; the TimeoutError that StageWorkers.receive raised must reach the caller")
     if not caught["raised"]:
         raise Fail(f"{where}: the forward returned normally; the TimeoutError that StageWorkers.receive raised must "
@@ -133,15 +144,20 @@ def judge_exception_unchanged(seed: int, params: dict, observation) -> None:
 
 
 def judge_base_exception(seed: int, params: dict, observation) -> None:
-    """A BaseException that is not an Exception reaches the caller, and the Pipe works again."""
+    """A BaseException that is not an Exception reaches the caller and the Pipe works again, where
+    an Exception raised in its place does (what an Exception does wrong is 2.2-exceptions')."""
     entries = _cases(observation, "base_exception")
     if not any(seen["stage_raised"] for seen in entries):
         raise Fail("no grader stage ever raised (it never got the microbatch it fails on); see 2.2-exceptions")
     for index, seen in enumerate(entries):
         count, rows, split_size, _, _ = KINDS["base_exception"][index]
-        where = _where("base_exception", index)
+        where, twin, tag = _where("base_exception", index), seen["as_exception"], TAGS["base_exception"] + index
+        if not seen["stage_raised"] or not twin["stage_raised"] or not twin["caught"]["raised"]:
+            continue  # microbatches astray, or an Exception swallowed too: 2.2-call-order's and 2.2-exceptions'
         if not _reached(where, seen, "base_exception"):
             continue
-        _judge_again(where, seed, TAGS["base_exception"] + index, count, rows, split_size, seen["again"],
-                     "the rest of the wave was left in the workers: handle every BaseException as you handle an "
-                     "Exception (catch BaseException, not only Exception), then raise the first one")
+        problem = _again_problem(seed, tag, count, rows, split_size, seen["again"])
+        if problem and _again_problem(seed, tag, count, rows, split_size, twin["again"]) is None:
+            raise Fail(f"{where}: {problem}, where an Exception raised in its place leaves the Pipe working: handle "
+                       "every BaseException as you handle an Exception (catch BaseException, not only Exception, "
+                       "take back the rest of the wave), then raise the first one")

@@ -52,13 +52,15 @@ def _next_forward(runtime, pipe, seed: int, tag: int, rows: int) -> dict:
     return {"output": out.detach().clone(), "error": None, "workers": sorted({e.workers for e in events})}
 
 
-def _failing_case(seed: int, pipeline, runtime, kind: str, index: int) -> dict:
+def _failing_case(seed: int, pipeline, runtime, kind: str, index: int, fail_with: str) -> dict:
+    """Case ``index`` of ``kind`` with the stage raising ``FAILURES[fail_with]``: what reached the
+    caller, what the stages ran, and the next forward on a good batch."""
     count, rows, split_size, bad_stage, bad_microbatch = KINDS[kind][index]
     tag = TAGS[kind] + index
     stages = build_stages(seed, tag, count)
     for stage in stages:
         stage.split_size = split_size
-    stages[bad_stage].fail_on, stages[bad_stage].fail_with = bad_microbatch, "Exception" if kind == "exception" else "BaseException"
+    stages[bad_stage].fail_on, stages[bad_stage].fail_with = bad_microbatch, fail_with
     pipe = pipeline.Pipe(stages, devices=["cpu"] * count, split_size=split_size)
     try:
         workers = pipe.workers
@@ -110,7 +112,12 @@ def _alive(before: set) -> list[str]:
 def _observe(seed: int, params: dict, kind: str, timeout: bool) -> dict:
     pipeline, runtime = student_pipeline(params)
     before = set(_threads())
-    cases = [_failing_case(seed, pipeline, runtime, kind, index) for index in range(len(KINDS[kind]))]
+    if kind == "exception":
+        cases = [_failing_case(seed, pipeline, runtime, kind, index, "Exception") for index in range(len(KINDS[kind]))]
+    else:  # each case also with an Exception in its place: what a BaseException changes shows
+        cases = [{**_failing_case(seed, pipeline, runtime, kind, index, "BaseException"),
+                  "as_exception": _failing_case(seed, pipeline, runtime, kind, index, "Exception")}
+                 for index in range(len(KINDS[kind]))]
     observation = {"cases": cases}
     if timeout:
         observation["timeout"] = _timeout_case(seed, pipeline, runtime)
@@ -130,5 +137,6 @@ def observe_exception_unchanged(seed: int, params: dict):
 
 
 def observe_base_exception(seed: int, params: dict):
-    """A BaseException that is not an Exception in one stage: what reached the caller, and the next forward."""
+    """A BaseException that is not an Exception in one stage, and an Exception in its place: what
+    reached the caller, and the next forward."""
     return _observe(seed, params, "base_exception", timeout=False)
