@@ -28,6 +28,6 @@ Each folder's ``cases.py`` holds the cases both sides share (the child makes exa
 the parent judges exactly these). Shared by every folder: ``stages.py`` (the grader's own stages
 and batches), ``pieces.py`` (child: the grader's ``clock_cycles``, put into the student's module
 only on a 2.2 criterion's second run, see ``fallback`` in the rubric), ``cpu_cut.py`` (child: a
-call bounded in CPU time). Parent only: ``expected.py`` (the GPipe schedule, the calls it implies,
+call bounded in CPU time), ``recorded.py`` (child: numbers recorded by value, their types apart). Parent only: ``expected.py`` (the GPipe schedule, the calls it implies,
 the stages in sequence) and ``judge_pipe.py`` (what every 2.2 judge says the same way).
 """

@@ -5,6 +5,8 @@ Written from the lecture's rules in plain Python and PyTorch, never from the ans
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -30,7 +32,7 @@ def microbatch_sizes(rows: int, split_size: int) -> list[int]:
     return [min(split_size, rows - start) for start in range(0, rows, split_size)]
 
 
-def sequential(stages: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
+def sequential(stages: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
     for stage in stages:
         x = stage(x)
     return x

@@ -96,7 +96,7 @@ def test_a_microbatch_count_kept_from_the_first_call_fails_the_forward(student):
 
 def test_a_fixed_dtype_fails_the_forward(student):
     with_forward(student, lambda original, self, x: original(self, x).to(torch.float32))
-    fails("forward", r"expected an output of shape .* \(torch.float64\), got .* \(torch.float32\)")
+    fails("forward", r"Pipe returned a tensor of shape .* \(torch.float32\); expected .* \(torch.float64\)")
 
 
 def test_requires_grad_switched_on_the_input_fails_only_input_unchanged(student):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import numpy as np
 
@@ -56,10 +57,10 @@ def case_key(index: int, costs, num_stages) -> list:
 
 # What the contract admits besides a list of Python numbers (2.4-arguments): (form, costs, num_stages).
 # Values exact in float32, so every form holds the same costs.
-ADMITTED = [("tuple", LECTURE, 4), ("generator", [2, 7, 1, 8, 2, 8], 3), ("numpy.float64 array", [0.5, 3.25, 1, 2, 4.5], 2),
+ADMITTED: list[tuple[str, list, int]] = [("tuple", LECTURE, 4), ("generator", [2, 7, 1, 8, 2, 8], 3), ("numpy.float64 array", [0.5, 3.25, 1, 2, 4.5], 2),
             ("numpy.int64 array", [3, 1, 4, 1, 5, 9, 2, 6], 3), ("list of numpy.float32", [1.5, 0.25, 2, 2, 0.75], 3),
             ("num_stages a numpy.int64", [4, 4, 1, 1, 1, 1], 2)]
-FRESH_CASE = ([2, 1, 1, 2, 3], 2)  # called twice, its first result changed in between
+FRESH_CASE: tuple[list, int] = ([2, 1, 1, 2, 3], 2)  # called twice, its first result changed in between
 REUSED_CASE = (LECTURE, 4)  # called with one list object, then with the same object holding the costs reversed
 
 
@@ -79,7 +80,7 @@ def admitted_call(form: str, costs: list, num_stages):
 # Arguments the contract rejects with ValueError at the call, each run after a valid call equal
 # to it where there is one (a cache hit must not skip the checks): empty, negative, nan, inf, not a
 # real number, a bool, K out of 1..len(costs) on both sides, K not an int.
-BAD_CALLS = [
+BAD_CALLS: list[tuple[Any, Any]] = [
     ([], 1), ([1, -1, 2], 2), ([1, math.nan, 2], 2), ([1, math.inf], 1), (["1", 2], 1), ([1, True, 2], 2),
     ([1, np.True_], 1), ([1, None], 1), ([[1], 2], 1), ([1, 1j], 1), ([1, 2, 3], 0), ([1, 2, 3], 4), ([1, 2, 3], -1),
     ([1, 2, 3], True), ([1, 2, 3], 2.0), ([1, 2, 3], "2"), ([1, 2, 3], None),

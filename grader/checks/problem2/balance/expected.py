@@ -20,7 +20,8 @@ def greedy_split(costs: list[int], limit: int, num_stages: int) -> list[int] | N
     layer for every stage still to open: exactly ``num_stages`` stages, or None if impossible."""
     if max(costs) > limit:
         return None
-    sizes, total, count = [], 0, 0
+    sizes: list[int] = []
+    total, count = 0, 0
     for index, cost in enumerate(costs):
         layers_left = len(costs) - index
         if count and (total + cost > limit or layers_left <= num_stages - len(sizes) - 1):

@@ -4,7 +4,7 @@ what it raised, and the caller's costs afterwards. Judged in ``judge.py``."""
 from __future__ import annotations
 
 import itertools
-import operator
+from typing import Any
 
 from grader.checks.problem2.balance.cases import (
     ADMITTED,
@@ -19,23 +19,14 @@ from grader.checks.problem2.balance.cases import (
     case_key,
 )
 from grader.checks.problem2.cpu_cut import call_with_cut, error_text
-
-
-def _number(value) -> int | None:
-    """``value`` as an int when it is an integer of any type (3, 3.0, numpy's 3), else None."""
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
+from grader.checks.problem2.recorded import integer_value
 
 
 def _call(balance_stages, costs, num_stages, limit: int) -> tuple[dict, object]:
     """One call under the CPU cut: what it returned (its sizes as ints where they are integers, their
     types, the container) or raised, and the object it returned."""
     outcome = call_with_cut(lambda: balance_stages(costs, num_stages), CUT_SECONDS)
-    entry = {"error": error_text(outcome.error), "cut": outcome.cut, "type": None, "sizes": None, "kinds": []}
+    entry: dict[str, Any] = {"error": error_text(outcome.error), "cut": outcome.cut, "type": None, "sizes": None, "kinds": []}
     if outcome.error is None and not outcome.cut:
         result = outcome.value
         entry["type"] = type(result).__name__
@@ -44,7 +35,7 @@ def _call(balance_stages, costs, num_stages, limit: int) -> tuple[dict, object]:
         except TypeError:
             entry["sizes"] = repr(result)[:200]
         else:
-            entry["sizes"] = [_number(n) if _number(n) is not None else repr(n)[:40] for n in items]
+            entry["sizes"] = [integer_value(n) if integer_value(n) is not None else repr(n)[:40] for n in items]
             entry["kinds"] = sorted({type(n).__name__ for n in items})
     return entry, outcome.value
 

@@ -4,7 +4,6 @@ the work done before a first wave. Judged in ``judge.py``."""
 from __future__ import annotations
 
 import itertools
-import operator
 
 from grader.checks.problem2.clock_cycles.cases import (
     ADMITTED_CASES,
@@ -19,24 +18,15 @@ from grader.checks.problem2.clock_cycles.cases import (
     case_key,
 )
 from grader.checks.problem2.clock_cycles.work import work_before_first_wave
+from grader.checks.problem2.recorded import integer_value
 
 EXTRA_WAVES = 8  # waves taken past M + K - 1 before an endless schedule is cut off
-
-
-def _number(value) -> int | None:
-    """``value`` as an int when it is an integer of any type (3, 3.0, numpy's 3), else None."""
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
 
 
 def _pairs(wave) -> list | None:
     """``wave`` as plain ``[(i, j), ...]`` ints, or None when it is not a sequence of integer pairs."""
     try:
-        pairs = [(_number(i), _number(j)) for i, j in wave]
+        pairs = [(integer_value(i), integer_value(j)) for i, j in wave]
     except (TypeError, ValueError):
         return None
     return None if any(None in pair for pair in pairs) else pairs
@@ -69,7 +59,7 @@ def _take(produce, limit: int) -> dict:
 
 
 def _run(clock_cycles, m, k) -> tuple[dict, list]:
-    taken = _take(lambda: clock_cycles(m, k), _number(m) + _number(k) + EXTRA_WAVES)
+    taken = _take(lambda: clock_cycles(m, k), int(m) + int(k) + EXTRA_WAVES)
     objects = taken.pop("objects")
     return {"case": case_key(m, k), **taken, "after": [repr(w)[:500] for w in objects]}, objects
 

@@ -11,9 +11,11 @@ submit beyond the schedule's is a call retried.
 """
 from __future__ import annotations
 
+from typing import Any
+
 EXCEPTION_CASES = [(3, 6, 2, 1, 1), (3, 6, 2, 2, 2), (3, 6, 2, 0, 0), (1, 3, 1, 0, 1)]
 BASE_EXCEPTION_CASES = [(3, 6, 2, 1, 2), (3, 6, 2, 0, 1), (2, 4, 2, 0, 0)]
-TIMEOUT_CASE = {"stages": 2, "rows": 4, "split": 2, "stage": 1, "microbatch": 1, "timeout": 0.5}
+TIMEOUT_CASE: dict[str, Any] = {"stages": 2, "rows": 4, "split": 2, "stage": 1, "microbatch": 1, "timeout": 0.5}
 KINDS = {"exception": EXCEPTION_CASES, "base_exception": BASE_EXCEPTION_CASES}
 TAGS = {"exception": 600, "base_exception": 650, "timeout": 690}  # seeds of each case's stages and batch: TAGS[kind] + index
 GOOD_BATCH = 700  # the next forward's batch: GOOD_BATCH + the case's tag

@@ -5,6 +5,7 @@ the threads left after ``close()``. Judged in ``judge.py``."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from grader.checks.problem2.pieces import student_pipeline
 from grader.checks.problem2.pipe_errors.cases import GOOD_BATCH, KINDS, TAGS, TIMEOUT_CASE
@@ -18,9 +19,10 @@ _threads = threading.enumerate  # as it was before any student code
 def _chain(error: BaseException) -> list[BaseException]:
     """``error`` and what it carries (its cause or context, and theirs), at most 20 deep."""
     found: list[BaseException] = []
-    while error is not None and len(found) < 20 and error not in found:
-        found.append(error)
-        error = error.__cause__ or error.__context__
+    link: BaseException | None = error
+    while link is not None and len(found) < 20 and link not in found:
+        found.append(link)
+        link = link.__cause__ or link.__context__
     return found
 
 
@@ -118,7 +120,7 @@ def _observe(seed: int, params: dict, kind: str, timeout: bool) -> dict:
         cases = [{**_failing_case(seed, pipeline, runtime, kind, index, "BaseException"),
                   "as_exception": _failing_case(seed, pipeline, runtime, kind, index, "Exception")}
                  for index in range(len(KINDS[kind]))]
-    observation = {"cases": cases}
+    observation: dict[str, Any] = {"cases": cases}
     if timeout:
         observation["timeout"] = _timeout_case(seed, pipeline, runtime)
     observation["alive"] = _alive(before)

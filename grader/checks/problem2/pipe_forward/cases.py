@@ -10,7 +10,9 @@ ModuleList of stages (``container``), a batch that requires grad, a forward unde
 """
 from __future__ import annotations
 
-FORWARD_CASES = [
+from typing import Any
+
+FORWARD_CASES: list[dict[str, Any]] = [
     {"stages": 1, "rows": [5, 5], "split": 2},
     {"stages": 2, "rows": [7, 3], "split": 3},
     {"stages": 3, "rows": [6, 1], "split": 1},
@@ -29,7 +31,7 @@ FORWARD_CASES = [
 
 # The caller's batch after a forward: with and without requires_grad, contiguous or not, of
 # other ranks and dtypes, split into one microbatch or into one row each, and under no_grad.
-INPUT_CASES = [
+INPUT_CASES: list[dict[str, Any]] = [
     {"stages": 3, "rows": 6, "split": 2},
     {"stages": 2, "rows": 5, "split": 2, "requires_grad": True},
     {"stages": 2, "rows": 4, "split": 1, "layout": "transposed"},

@@ -36,18 +36,20 @@ def _case_text(case: dict) -> str:
 
 def _judge_call(where: str, case: dict, x: torch.Tensor, expected: torch.Tensor, run, later: bool) -> None:
     rows, split_size = x.shape[0], case["split"]
+    if "error" in dict.keys(run):
+        raise Fail(f"{where}: the forward raised {run['error']}")
     sizes = microbatch_sizes(rows, split_size)
     mistake = microbatch_mistake(run["sizes"][0], rows, split_size)
     if mistake:
         raise Fail(f"{where}: {mistake}")
-    for j, got in enumerate(run["sizes"]):
-        if got != sizes:
-            raise Fail(f"{where}: stage {j} was given microbatches of {got} rows; expected {sizes}, as stage 0 "
-                       "(the output of (i, j) is the input of (i, j + 1))")
     out = expect_tensor(run["output"], f"{where}: the output")
     if tuple(out.shape) != tuple(expected.shape) or out.dtype != expected.dtype:
-        raise Fail(f"{where}: expected an output of shape {list(expected.shape)} ({expected.dtype}), got "
-                   f"{list(out.shape)} ({out.dtype}): one output row per input row, in the stages' dtype")
+        raise Fail(f"{where}: Pipe returned a tensor of shape {list(out.shape)} ({out.dtype}); expected "
+                   f"{list(expected.shape)} ({expected.dtype}): one output row per input row, in the stages' dtype")
+    for j, got in enumerate(run["sizes"]):
+        if got != sizes:
+            given = f"as stage 0 (the output of (i, {j - 1}) is the input of (i, {j}))" if j else "split_size rows each"
+            raise Fail(f"{where}: stage {j} was given microbatches of {got} rows; expected {sizes}, {given}")
     rtol, atol = TOLERANCE[case.get("dtype", "float64")]
     if not torch.allclose(out, expected, rtol=rtol, atol=atol):
         stale = " (results left over from an earlier call?)" if later else ""

@@ -33,9 +33,13 @@ def observe_forward(seed: int, params: dict):
             runs = []
             for call, rows in enumerate(case["rows"]):
                 del log[:]
-                out = pipe(case_input(seed, 100 * index + call, rows, case))
-                runs.append({**_output(out), "sizes": [[r["rows"] for r in log if r["stage"] == j]
-                                                              for j in range(len(stages))]})
+                try:
+                    seen = _output(pipe(case_input(seed, 100 * index + call, rows, case)))
+                except NotImplementedError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - judged with its case, after the cases before it
+                    seen = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+                runs.append({**seen, "sizes": [[r["rows"] for r in log if r["stage"] == j] for j in range(len(stages))]})
         finally:
             pipe.close()
         cases.append({"case": index, "runs": runs, "registered": len(registered), "parameters": len(stage_params)})
