@@ -245,6 +245,8 @@ PARITY_ENTRIES = [
     "chunk-instead-of-split",       # the right number of microbatches, the wrong sizes
     "serial-waves",                 # call order and concurrency
     "reraise-copy",                 # a copy of the stage's exception, not the stage's own
+    "pipe-retries-timeouts",        # a timed-out stage call submitted again
+    "clock-cycles-cache-skips-checks",  # a cache hit answers clock_cycles(True, 3) after clock_cycles(1, 3)
 ]
 
 PARITY_PLUGIN = '''
@@ -317,6 +319,7 @@ BLAME_ENTRIES = [
     "clock-cycles-unsorted-wave",        # the right pairs in each wave, only the stage order wrong
     "plan-activations-every-microbatch",  # estimate wrong (memory), best_plan right
     "one-f-one-b-backward-before-forward",  # an invalid 1F1B, train_step right
+    "balance-returns-numpy-ints",        # the right split as NumPy integers: 2.4-arguments only
 ]
 
 
