@@ -336,6 +336,9 @@ def test_pipe_repeated_calls_with_different_inputs(pipe_factory):
 def test_pipe_registers_the_stages_parameters(pipe_factory):
     stages = make_stages(2)
     pipe = pipe_factory(stages, 2)
+    x = torch.randn(5, 6)
+    torch.testing.assert_close(pipe(x), run_sequentially(stages, x), rtol=RTOL, atol=ATOL,
+                               msg=lambda m: f"contract (Returns): 2 stages, 5 rows: not the stages run in sequence: {m}")
     expected = sum(len(list(s.parameters())) for s in stages)
     assert len(list(pipe.parameters())) == expected, (
         f"Pipe(2 stages).parameters() holds {len(list(pipe.parameters()))} tensors; expected the stages' {expected} "
