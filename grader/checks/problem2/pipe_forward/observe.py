@@ -73,5 +73,5 @@ def observe_input_unchanged(seed: int, params: dict):
         finally:
             pipe.close()
         entries.append({"case": index, "values": x.detach().clone(), "requires_grad": bool(x.requires_grad),
-                        "grad_fn": x.grad_fn is not None, "grad": x.grad is not None})
+                        "grad_fn": x.grad_fn is not None, "grad": x.is_leaf and x.grad is not None})
     return entries
