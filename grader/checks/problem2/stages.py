@@ -113,12 +113,13 @@ def make_batch(seed: int, tag: int, rows: int) -> torch.Tensor:
 
 def case_input(seed: int, tag: int, rows: int, case: dict) -> torch.Tensor:
     """The batch of one call: ``make_batch``'s rows in the case's rank (``shape``: the dimensions
-    after the rows, ``[]`` for a 1-D batch), dtype and layout (``"transposed"``: not contiguous)."""
+    after the rows, ``[]`` for a 1-D batch), dtype and layout (``"transposed"``: rows and last dimension
+    swapped in memory, so not contiguous)."""
     batch = make_batch(seed, tag, rows)
     shape = case.get("shape", [WIDTH])
     x = batch[:, 1].contiguous() if not shape else batch.reshape(rows, *shape)
     x = x.to(getattr(torch, case.get("dtype", "float64")))
-    return x.t().contiguous().t() if case.get("layout") == "transposed" else x
+    return x.transpose(0, -1).contiguous().transpose(0, -1) if case.get("layout") == "transposed" else x
 
 
 def case_stages(seed: int, tag: int, case: dict, log: list | None = None) -> list[GraderStage]:

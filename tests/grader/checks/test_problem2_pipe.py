@@ -323,3 +323,14 @@ def test_new_workers_after_an_error_fail_the_exceptions(student):
     written_out(student, restart=True)
     fails("exceptions", "the next forward ran on other workers than the first: self.workers serves every call until close()")
     run("exception_unchanged")
+
+
+def test_a_view_that_needs_contiguous_memory_costs_only_the_input_convention(student):
+    """Code right on contiguous batches (a .view of the rows) loses the convention, not 2.2-forward."""
+    def forward(original, self, x):
+        return original(self, x.view(x.shape[0], -1)).view(x.shape) if x.dim() > 1 else original(self, x)
+
+    with_forward(student, forward)
+    fails("input_unchanged", r"not contiguous .*: the forward raised RuntimeError: .*view.*; on a contiguous copy of the same "
+                             r"batch it worked")
+    run("forward")

@@ -4,9 +4,11 @@ and the parent (which judges exactly these).
 A case: ``stages`` (how many), ``rows`` (the batch size of each call on one Pipe: later calls
 with other sizes, one row), ``split`` (split_size: 1, uneven, larger than the batch; 9 rows at 4
 are [4, 4, 1], not torch.chunk's [3, 3, 3]), and what the contract allows beyond the worked
-example: ranks 1 to 4 (``shape``: the dimensions after the rows), float32 and bfloat16, a
-non-contiguous batch, stages without or with frozen parameters (``kinds``), a tuple or a
-ModuleList of stages (``container``), a batch that requires grad, a forward under no_grad.
+example: ranks 1 to 4 (``shape``: the dimensions after the rows), float32 and bfloat16, stages
+without or with frozen parameters (``kinds``), a tuple or a ModuleList of stages (``container``).
+The caller's batch as it comes (2.2-input-unchanged, a convention): not contiguous (``layout``),
+requiring grad, under no_grad; there each forward on a batch that is not contiguous is judged
+against the same forward on a contiguous copy of it.
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ FORWARD_CASES: list[dict[str, Any]] = [
     {"stages": 4, "rows": [7], "split": 2, "dtype": "float32", "kinds": ["trained", "buffers", "frozen", "trained"]},
     {"stages": 3, "rows": [5, 2], "split": 2, "shape": [2, 1, 3]},
     {"stages": 2, "rows": [5], "split": 2, "shape": []},
-    {"stages": 3, "rows": [6], "split": 4, "layout": "transposed"},
     {"stages": 2, "rows": [5], "split": 2, "dtype": "bfloat16"},
     {"stages": 5, "rows": [1, 11], "split": 3},
 ]
@@ -41,6 +42,7 @@ INPUT_CASES: list[dict[str, Any]] = [
     {"stages": 3, "rows": 5, "split": 2, "shape": []},
     {"stages": 2, "rows": 6, "split": 4, "shape": [2, 3], "dtype": "float32", "requires_grad": True},
     {"stages": 2, "rows": 6, "split": 2, "requires_grad": True, "mode": "no_grad"},
+    {"stages": 3, "rows": 6, "split": 4, "layout": "transposed", "shape": [2, 3]},
 ]
 
 

@@ -8,7 +8,7 @@ import torch
 
 from grader.checks.judging import Fail, Malformed, expect_cases, expect_tensor
 from grader.checks.problem2.expected import microbatch_sizes, sequential
-from grader.checks.problem2.judge_pipe import TOLERANCE, compare_rows, describe, differs, microbatch_mistake
+from grader.checks.problem2.judge_pipe import ATOL, RTOL, TOLERANCE, compare_rows, describe, differs, microbatch_mistake
 from grader.checks.problem2.pipe_forward.cases import FORWARD_CASES, INPUT_CASES
 from grader.checks.problem2.stages import WIDTH, case_input, case_stages
 
@@ -21,7 +21,7 @@ def _case_text(case: dict) -> str:
     if "dtype" in case:
         extras.append(case["dtype"])
     if case.get("layout") == "transposed":
-        extras.append("a non-contiguous batch (x.t().contiguous().t())")
+        extras.append("a batch that is not contiguous (x.transpose(0, -1).contiguous().transpose(0, -1))")
     if "kinds" in case:
         extras.append("stages " + ", ".join(f"{j}: {kind}" for j, kind in enumerate(case["kinds"]))
                       + " (buffers: no parameters)")
@@ -92,3 +92,19 @@ def judge_input_unchanged(seed: int, params: dict, observation) -> None:
                        "gets a gradient is the caller's choice)")
         if entry["grad"]:
             raise Fail(f"{where}: after a forward alone (no backward) the caller's x has a .grad; expected none")
+        if case.get("layout") == "transposed":
+            _judge_layout(where, entry["forward"], entry["contiguous"])
+
+
+def _judge_layout(where: str, seen, contiguous) -> None:
+    """A batch that is not contiguous gets what a contiguous copy of it gets (the convention: any
+    layout; whether that output is right is 2.2-forward's)."""
+    if "error" in dict.keys(contiguous):
+        return
+    if "error" in dict.keys(seen):
+        raise Fail(f"{where}: the forward raised {seen['error']}; on a contiguous copy of the same batch it worked. The "
+                   "contract takes x contiguous or not (a .view() needs contiguous memory; .reshape() does not)")
+    out, reference = expect_tensor(seen["output"], where), expect_tensor(contiguous["output"], where)
+    if out.shape != reference.shape or not torch.allclose(out, reference, rtol=RTOL, atol=ATOL):
+        raise Fail(f"{where}: the output {differs(out, reference)} from the output for a contiguous copy of the same "
+                   "batch; the contract takes x contiguous or not")

@@ -52,9 +52,20 @@ def input_batch(seed: int, index: int) -> torch.Tensor:
     return case_input(seed, 500 + index, case["rows"], case).requires_grad_(case.get("requires_grad", False))
 
 
+def _forward(pipe, x, no_grad: bool) -> dict:
+    try:
+        with torch.no_grad() if no_grad else torch.enable_grad():
+            return {"output": student_tensor(pipe(x), "Pipe forward").detach().clone()}
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001 - judged against the same forward on a contiguous copy
+        return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+
+
 def observe_input_unchanged(seed: int, params: dict):
-    """Runs the ``Pipe`` on each batch of INPUT_CASES and records the batch afterwards: its values,
-    shape, requires_grad, whether it became part of a graph, its ``.grad``."""
+    """Runs the ``Pipe`` on each batch of INPUT_CASES and records the batch afterwards (its values,
+    requires_grad, whether it became part of a graph, its ``.grad``); for a batch that is not
+    contiguous, the output, and the output for a contiguous copy of it."""
     pipeline, _ = student_pipeline(params)
     entries = []
     for index, case in enumerate(INPUT_CASES):
@@ -63,15 +74,14 @@ def observe_input_unchanged(seed: int, params: dict):
         for stage in stages:
             stage.split_size = case["split"]
         pipe = pipeline.Pipe(stages, devices=["cpu"] * len(stages), split_size=case["split"])
+        no_grad = case.get("mode") == "no_grad"
         try:
-            with torch.no_grad() if case.get("mode") == "no_grad" else torch.enable_grad():
-                pipe(x)  # only what happens to x is judged here: a wrong or failing forward is 2.2-forward's
-        except NotImplementedError:
-            raise
-        except Exception:  # noqa: BLE001
-            pass
+            seen = _forward(pipe, x, no_grad)
+            entry = {"case": index, "values": x.detach().clone(), "requires_grad": bool(x.requires_grad),
+                     "grad_fn": x.grad_fn is not None, "grad": x.is_leaf and x.grad is not None}
+            if case.get("layout") == "transposed":
+                entry.update(forward=seen, contiguous=_forward(pipe, input_batch(seed, index).contiguous(), no_grad))
         finally:
             pipe.close()
-        entries.append({"case": index, "values": x.detach().clone(), "requires_grad": bool(x.requires_grad),
-                        "grad_fn": x.grad_fn is not None, "grad": x.is_leaf and x.grad is not None})
+        entries.append(entry)
     return entries
