@@ -57,7 +57,3 @@ def call_with_cut(function, cut: float) -> Outcome:
         outcome.seconds = _process_time() - started
         _set_handler(_PROFILE_SIGNAL, previous)
     return outcome
-
-
-def error_text(error: BaseException | None) -> str | None:
-    return None if error is None else f"{type(error).__name__}: {str(error)[:300]}"

@@ -18,8 +18,8 @@ from grader.checks.problem2.balance.cases import (
     balance_cases,
     case_key,
 )
-from grader.checks.problem2.cpu_cut import call_with_cut, error_text
-from grader.checks.problem2.recorded import integer_value
+from grader.checks.problem2.cpu_cut import call_with_cut
+from grader.checks.problem2.recorded import error_message, error_text, integer_value
 
 
 def _call(balance_stages, costs, num_stages, limit: int) -> tuple[dict, object]:
@@ -94,7 +94,7 @@ def observe_balance_arguments(seed: int, params: dict):
         outcome = call_with_cut(lambda costs=costs, k=num_stages: balance_stages(list(costs), k), CUT_SECONDS)
         entry = {"case": bad_key(costs, num_stages), "error": None, "message": "", "cut": outcome.cut}
         if outcome.error is not None:
-            entry["error"], entry["message"] = type(outcome.error).__name__, str(outcome.error)[:300]
+            entry["error"], entry["message"] = type(outcome.error).__name__, error_message(outcome.error)
         elif not outcome.cut:
             entry["message"] = f"returned {outcome.value!r}"[:300]
         calls.append(entry)

@@ -18,7 +18,7 @@ from grader.checks.problem2.clock_cycles.cases import (
     case_key,
 )
 from grader.checks.problem2.clock_cycles.work import work_before_first_wave
-from grader.checks.problem2.recorded import integer_value
+from grader.checks.problem2.recorded import error_message, error_text, integer_value
 
 EXTRA_WAVES = 8  # waves taken past M + K - 1 before an endless schedule is cut off
 
@@ -54,7 +54,7 @@ def _take(produce, limit: int) -> dict:
     except NotImplementedError:
         raise
     except Exception as raised:  # noqa: BLE001 - judged with the case it belongs to (e.g. only M = 0)
-        error = f"{type(raised).__name__}: {str(raised)[:300]}"
+        error = error_text(raised)
     return {"objects": waves, "waves": texts, "pairs": pairs, "made_of": made_of, "error": error}
 
 
@@ -138,7 +138,7 @@ def _bad_call(clock_cycles, m, k) -> dict:
     except NotImplementedError:
         raise
     except Exception as error:  # noqa: BLE001 - the type is what is graded
-        return {**entry, "when": "call", "error": type(error).__name__, "message": str(error)[:300]}
+        return {**entry, "when": "call", "error": type(error).__name__, "message": error_message(error)}
     try:
         first = next(iter(produced))
     except NotImplementedError:
@@ -146,7 +146,7 @@ def _bad_call(clock_cycles, m, k) -> dict:
     except StopIteration:
         return {**entry, "when": "next", "error": None, "message": "yielded nothing"}
     except Exception as error:  # noqa: BLE001
-        return {**entry, "when": "next", "error": type(error).__name__, "message": str(error)[:300]}
+        return {**entry, "when": "next", "error": type(error).__name__, "message": error_message(error)}
     return {**entry, "when": "next", "error": None, "message": f"yielded {first!r}"[:300]}
 
 

@@ -4,7 +4,8 @@ what Python's traced allocations miss: a schedule built in torch tensors, or eve
 and thrown away before the first is handed out."""
 from __future__ import annotations
 
-from grader.checks.problem2.cpu_cut import call_with_cut, error_text
+from grader.checks.problem2.cpu_cut import call_with_cut
+from grader.checks.problem2.recorded import error_text
 
 
 def first_wave_work(clock_cycles, m, k, cut: float) -> dict:

@@ -9,6 +9,7 @@ from typing import Any
 
 from grader.checks.problem2.pieces import student_pipeline
 from grader.checks.problem2.pipe_errors.cases import GOOD_BATCH, KINDS, TAGS, TIMEOUT_CASE
+from grader.checks.problem2.recorded import error_message, error_text
 from grader.checks.problem2.stages import build_stages, make_batch
 from grader.checks.recording import student_tensor, trusted
 
@@ -35,7 +36,7 @@ def _caught(pipe, x, own: list) -> dict:
         raise
     except BaseException as error:  # noqa: BLE001 - what reached the caller is graded
         chain = _chain(error)
-        return {"raised": True, "type": type(error).__qualname__, "message": str(error)[:500],
+        return {"raised": True, "type": type(error).__qualname__, "message": error_message(error, 500),
                 "same_object": any(error is mine for mine in own), "carries": any(e is mine for e in chain for mine in own),
                 "timeout": any(isinstance(e, TimeoutError) for e in chain), "is_timeout": isinstance(error, TimeoutError)}
     return {"raised": False}
@@ -50,7 +51,7 @@ def _next_forward(runtime, pipe, seed: int, tag: int, rows: int) -> dict:
     except NotImplementedError:
         raise
     except Exception as error:  # noqa: BLE001
-        return {"output": None, "error": f"{type(error).__name__}: {str(error)[:300]}", "workers": []}
+        return {"output": None, "error": error_text(error), "workers": []}
     return {"output": out.detach().clone(), "error": None, "workers": sorted({e.workers for e in events})}
 
 

@@ -7,6 +7,7 @@ import torch
 
 from grader.checks.problem2.pieces import student_pipeline
 from grader.checks.problem2.pipe_forward.cases import FORWARD_CASES, INPUT_CASES, container
+from grader.checks.problem2.recorded import error_text
 from grader.checks.problem2.stages import case_input, case_stages
 from grader.checks.recording import student_tensor
 
@@ -38,7 +39,7 @@ def observe_forward(seed: int, params: dict):
                 except NotImplementedError:
                     raise
                 except Exception as error:  # noqa: BLE001 - judged with its case, after the cases before it
-                    seen = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+                    seen = {"error": error_text(error)}
                 runs.append({**seen, "sizes": [[r["rows"] for r in log if r["stage"] == j] for j in range(len(stages))]})
         finally:
             pipe.close()
@@ -59,7 +60,7 @@ def _forward(pipe, x, no_grad: bool) -> dict:
     except NotImplementedError:
         raise
     except Exception as error:  # noqa: BLE001 - judged against the same forward on a contiguous copy
-        return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+        return {"error": error_text(error)}
 
 
 def observe_input_unchanged(seed: int, params: dict):

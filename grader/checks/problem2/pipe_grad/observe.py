@@ -7,6 +7,7 @@ import torch
 from grader.checks.problem2.pieces import student_pipeline
 from grader.checks.problem2.pipe_grad.cases import GRAD_CASE, GRAD_MODES
 from grader.checks.problem2.pipe_grad.training import BACKWARD_CASE, FROZEN_CASE, frozen_stages, through_frozen, train
+from grader.checks.problem2.recorded import error_text
 from grader.checks.problem2.stages import build_stages, make_batch
 from grader.checks.recording import student_tensor
 
@@ -25,7 +26,7 @@ def _under(mode, pipe, x, log: list) -> dict:
     except NotImplementedError:
         raise
     except Exception as error:  # noqa: BLE001 - e.g. a graph over inference tensors
-        return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+        return {"error": error_text(error)}
     return {"stages": [(r["stage"], r["graph"]) for r in log], "requires_grad": bool(out.requires_grad),
             "grad_fn": out.grad_fn is not None, "grad_enabled_after": torch.is_grad_enabled(),
             "inference_after": torch.is_inference_mode_enabled()}

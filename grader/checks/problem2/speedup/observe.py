@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from grader.checks.problem2.pieces import student_pipeline
+from grader.checks.problem2.recorded import error_message
 from minitorch.workload import FULL, SMOKE, StepMismatch, time_training_step
 
 
@@ -40,6 +41,6 @@ def observe_speedup(seed: int, params: dict):
         with runtime.observe(events.append):
             timing = time_training_step(pipeline.Pipe, devices, size, seed)
     except StepMismatch as error:
-        return {**described, "mismatch": str(error)[:500]}
+        return {**described, "mismatch": error_message(error, 500)}
     calls = [(e.kind, e.stage) for e in events if e.kind in ("submit", "receive")]
     return {**described, "timing": timing.to_json(), "calls": calls}
