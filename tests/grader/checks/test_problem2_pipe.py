@@ -334,3 +334,25 @@ def test_a_view_that_needs_contiguous_memory_costs_only_the_input_convention(stu
     fails("input_unchanged", r"not contiguous .*: the forward raised RuntimeError: .*view.*; on a contiguous copy of the same "
                              r"batch it worked")
     run("forward")
+
+
+def test_a_later_case_that_raises_does_not_hide_an_earlier_wrong_one(student):
+    def forward(original, self, x):
+        if x.dim() == 1:
+            raise RuntimeError("1-D batches are not supported")
+        return original(self, x).flip(0) if x.dim() == 4 else original(self, x)
+
+    with_forward(student, forward)  # the rank-4 case comes before the 1-D one
+    fails("forward", r"a batch of shape \[rows, 2, 1, 3\].*rows are out of order")
+
+
+def test_a_forward_that_always_raises_is_run_once(student):
+    calls = []
+
+    def forward(original, self, x):
+        calls.append(x.shape)
+        raise MemoryError("out of memory")
+
+    with_forward(student, forward)
+    fails("forward", r"call 1 of 2 on one Pipe: the forward raised MemoryError: out of memory")
+    assert len(calls) == 1

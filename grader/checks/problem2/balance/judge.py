@@ -82,13 +82,14 @@ def _judge_like(call: str, costs: list, entry, twin: str, other) -> None:
     """``entry`` holds a split as slow as the one ``other`` (the call ``twin``) holds: admitted forms
     and repeated calls give what a list of the same costs gets, right or wrong (whether that is
     the least possible is 2.4-balance's; ties may break either way)."""
-    if other["cut"] or other["error"] is not None or _slowest(costs, other["sizes"]) is None:
+    theirs = None if other["cut"] or other["error"] is not None else _slowest(costs, other["sizes"])
+    if theirs is None:
         return  # a list of the same costs fails too: 2.4-balance's
     if entry["cut"] or entry["error"] is not None:
         what = f"raised {entry['error']}" if entry["error"] is not None else f"was still running after {CUT_SECONDS:g} s"
         raise Fail(f"{call} {what}; the contract admits it ({twin} returned {other['sizes']})")
     exact, scale = exact_costs(costs)
-    mine, theirs = _slowest(costs, entry["sizes"]), _slowest(costs, other["sizes"])
+    mine = _slowest(costs, entry["sizes"])
     if mine is None or abs(mine - theirs) > 1e-9 * (sum(exact) or scale):
         raise Fail(f"{call} returned {entry['sizes']}; {twin} returned {other['sizes']}: the same costs must get an "
                    "equally good split")

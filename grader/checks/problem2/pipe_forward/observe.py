@@ -19,7 +19,8 @@ def _output(out) -> dict:
 
 
 def observe_forward(seed: int, params: dict):
-    """Runs the student's ``Pipe`` on the grader's stages for every FORWARD_CASE and records outputs and stage logs."""
+    """Runs the student's ``Pipe`` on the grader's stages for every FORWARD_CASE and records outputs
+    and stage logs, up to the first call that raises (the cases before it are judged first)."""
     pipeline, _ = student_pipeline(params)
     cases = []
     for index, case in enumerate(FORWARD_CASES):
@@ -31,7 +32,7 @@ def observe_forward(seed: int, params: dict):
         try:
             stage_params = {id(p) for stage in stages for p in stage.parameters()}
             registered = {id(p) for p in pipe.parameters()} & stage_params
-            runs = []
+            runs: list = []
             for call, rows in enumerate(case["rows"]):
                 del log[:]
                 try:
@@ -41,9 +42,13 @@ def observe_forward(seed: int, params: dict):
                 except Exception as error:  # noqa: BLE001 - judged with its case, after the cases before it
                     seen = {"error": error_text(error)}
                 runs.append({**seen, "sizes": [[r["rows"] for r in log if r["stage"] == j] for j in range(len(stages))]})
+                if "error" in seen:
+                    break
         finally:
             pipe.close()
         cases.append({"case": index, "runs": runs, "registered": len(registered), "parameters": len(stage_params)})
+        if "error" in runs[-1]:
+            break  # a forward that raises (out of memory, say) is not run again on every later case
     return cases
 
 
