@@ -105,3 +105,14 @@ def test_a_public_test_marked_for_another_criterion_is_named(tiny, monkeypatch):
 def test_clauses_leave_out_code_blocks_and_headings():
     text = "Sum them.\n\nExample::\n\n    >>> f(1)\n    2\n\nReturns:\n    The sum. Never negative.\n"
     assert promises.clauses(text) == ["Sum them.", "The sum.", "Never negative."]
+
+
+def test_a_criterion_id_leads_to_its_checks_files_in_one_step():
+    """``python -m grader.promises --criterion ID``: a newcomer's way from an id to the code."""
+    from grader.layout import REPOSITORY
+
+    text = promises.describe_criterion("5.1-memory")
+    files = [line.split()[-1] for line in text.splitlines() if line.lstrip().startswith(("child", "parent"))]
+    assert len(files) == 2 and all((REPOSITORY / path).is_file() for path in files), text
+    with pytest.raises(ValueError, match="no criterion '9.9-nothing'"):
+        promises.describe_criterion("9.9-nothing")
