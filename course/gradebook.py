@@ -6,7 +6,7 @@
 - ``<csv>``: one row per student, every flag (course.batch ``default_rows``);
 - ``--canvas FILE``: Canvas's gradebook import (course.canvas); a student the roster does
   not know, or knows twice, is flagged and gets an EMPTY score there ("no change");
-- ``<csv stem>-changelog.csv``: what each regrade changed (appended, one run once);
+- ``<csv stem>-changelog.csv``: what changed, each real change once (course.changelog);
 - GPU results (``<csv stem>-reports/gpu/<student>.json`` unless ``--gpu-reports`` says
   otherwise) merged into each student's JSON report, the CSV and the Canvas file, with
   flags for a GPU report without a CPU one (``gpu_without_cpu``), the reverse
@@ -17,21 +17,18 @@ Each graded student also leaves an outcome record (status, seconds, flags, chang
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from course import adjustments, canvas, feedback, regrade, similarity
+from course import adjustments, canvas, changelog, feedback, regrade, similarity
 from course.discovery import Student, safe_file_name
-from course.outcomes import StudentGrade, apply_report, default_rows, escape_cell, save_rows, write_csv
+from course.outcomes import StudentGrade, apply_report, default_rows, save_rows, write_csv
 from grader.protocol import read_json_report, write_atomic
 from grader.report import counted
 
-CHANGELOG_COLUMNS = ("when", "run", "student", "criterion", "old_points", "new_points", "old_status", "new_status")
 # Flags that come from a student's JSON report; recomputed when GPU results change it.
 REPORT_FLAGS = ("missing:", "criterion_errors=", "policy_findings=", "blocked_points=")
 GPU_SOURCE = "GPU run"
@@ -80,10 +77,6 @@ def reports_folder(csv_path: Path) -> Path:
 def submissions_folder(csv_path: Path) -> Path:
     """Where students of a Canvas download are unpacked."""
     return csv_path.parent / f"{csv_path.stem}-submissions"
-
-
-def changelog_path(csv_path: Path) -> Path:
-    return csv_path.parent / f"{csv_path.stem}-changelog.csv"
 
 
 def check(options: Options, students: list[Student]) -> canvas.Roster | None:
@@ -225,35 +218,6 @@ def _merge_one(outcome: StudentGrade, cpu: dict, gpu: dict) -> None:
     _refresh(outcome, cpu)
 
 
-def write_changelog(path: Path, run: str, outcomes: list[StudentGrade]) -> int:
-    """Append what run ``run`` changed to the changelog, unless it is there already;
-    the number of rows written."""
-    rows = [(o.student, change) for o in outcomes for change in o.changes]
-    if not rows:
-        return 0
-    if path.exists():
-        with open(path, newline="", encoding="utf-8") as handle:
-            logged = list(csv.DictReader(handle))
-        if any(row.get("run") == run for row in logged):
-            return 0
-        # an override is applied at every build of the gradebook: logged once per value
-        said = {(row.get("student"), row.get("criterion"), row.get("new_points"), row.get("new_status")) for row in logged}
-        rows = [(student, change) for student, change in rows if change["criterion"] != OVERRIDE
-                or (escape_cell(student), escape_cell(OVERRIDE), escape_cell(change["new_points"]),
-                    escape_cell(change["new_status"])) not in said]
-        if not rows:
-            return 0
-    when = time.strftime("%Y-%m-%d %H:%M:%S")
-    with open(path, "a", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        if handle.tell() == 0:
-            writer.writerow(CHANGELOG_COLUMNS)
-        for student, change in rows:
-            cells = [when, run, student, *(change[key] for key in CHANGELOG_COLUMNS[3:])]
-            writer.writerow([escape_cell(cell) for cell in cells])
-    return len(rows)
-
-
 def finish(
     outcomes: list[StudentGrade], students: list[Student], csv_path: Path, options: Options, run: str, progress=print,
 ) -> list[StudentGrade]:
@@ -274,9 +238,9 @@ def finish(
     if options.canvas is not None:
         write_canvas(outcomes, identities, roster, options, progress, finals or {})
     save_rows(reports, outcomes)
-    changed = write_changelog(changelog_path(csv_path), run, outcomes)
-    if changed:
-        progress(f"regrade: {changed} criterion result(s) changed -> {changelog_path(csv_path)}")
+    said = changelog.summary(changelog.path_of(csv_path), *changelog.write(changelog.path_of(csv_path), run, outcomes))
+    if said:
+        progress(said)
     if options.feedback is not None:
         reasons = {name: a.reason for name, a in adjustments.read(options.adjustments).items()} if options.adjustments else {}
         progress(f"feedback: {feedback.write_all(outcomes, options.feedback, finals, reasons)} files -> {options.feedback}")
