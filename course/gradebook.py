@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from course import adjustments, canvas, changelog, feedback, regrade, similarity
+from course import adjustments, canvas, changelog, feedback, regrade, rescore, similarity
 from course.discovery import Student, safe_file_name
 from course.outcomes import StudentGrade, apply_report, default_rows, save_rows, write_csv
+from grader.layout import DEFAULT_RUBRIC
 from grader.protocol import read_json_report, write_atomic
 from grader.report import counted
 
@@ -52,8 +53,9 @@ class Options:
     canvas_without_gpu: bool = False
     adjustments: Path | None = None
     feedback: Path | None = None
+    rubric: Path | None = None  # None: the grader's own (grader/rubric.toml)
 
-    PATHS = ("canvas", "roster", "gpu_reports", "html", "public_solutions", "adjustments", "feedback")
+    PATHS = ("canvas", "roster", "gpu_reports", "html", "public_solutions", "adjustments", "feedback", "rubric")
 
     def to_json(self) -> dict:
         return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(self).items()}
@@ -90,6 +92,8 @@ def check(options: Options, students: list[Student]) -> canvas.Roster | None:
     """
     if options.adjustments is not None:
         adjustments.read(options.adjustments)  # a bad file is said before anyone is graded
+    if options.rubric is not None and not options.rubric.is_file():
+        raise canvas.OptionsError(f"--rubric {options.rubric}: no such file")
     if options.name_is is not None and options.name_is not in canvas.NAME_IS:
         raise canvas.OptionsError(f"--name-is {options.name_is!r}: expected one of {', '.join(canvas.NAME_IS)}")
     if options.canvas is None:
@@ -232,6 +236,7 @@ def finish(
     gpu_folder = options.gpu_reports or reports / "gpu"
     if gpu_folder.is_dir():
         outcomes = outcomes + merge_gpu(outcomes, gpu_folder)
+    reconcile_rubric(outcomes, options.rubric or DEFAULT_RUBRIC, progress)
     identities = identify_all(outcomes, students, roster, options)
     finals = apply_adjustments(outcomes, options.adjustments, progress) if options.adjustments else None
     write_csv(csv_path, default_rows(outcomes, finals, csv_path.parent))
@@ -250,6 +255,30 @@ def finish(
         write(reports, options.html)
         progress(f"dashboard -> {options.html}")
     return outcomes
+
+
+def reconcile_rubric(outcomes: list[StudentGrade], rubric: Path, progress=print) -> None:
+    """Bring every report graded under another version of ``rubric`` up to it where its stored
+    results allow (course.rescore); flag and name the students whose criteria need grading again."""
+    stored = {o.student: report for o in outcomes if o.score is not None
+              and (report := read_json_report(o.report_path)) is not None and "rubric" in report}
+    if not stored:
+        return  # no report says its rubric (Gradescope's totals, reports of older graders)
+    current = rescore.load(rubric)
+    regrades = {}
+    for outcome in outcomes:
+        if outcome.student not in stored:
+            continue
+        done = rescore.reconcile(stored[outcome.student], current)
+        if done.rewritten:
+            write_atomic(outcome.report_path, json.dumps(done.report, indent=2) + "\n")
+            _refresh(outcome, done.report)
+        outcome.changes += done.changes
+        if done.regrade:
+            regrades[outcome.student] = done.regrade
+            _flag(outcome, rescore.REGRADE_FLAG)
+    if regrades:
+        progress(rescore.regrade_advice(regrades, rubric))
 
 
 def identify_all(outcomes: list[StudentGrade], students: list[Student], roster: canvas.Roster | None,
