@@ -87,7 +87,8 @@ def reconcile(report: dict, current: CurrentRubric) -> Reconciled:
             "blocked_points": sum(c.get("points", 0) for c in criteria if c.get("status") == "blocked"),
         }
         if done.changes:
-            history = report.get("merged") if isinstance(report.get("merged"), list) else []
+            earlier = report.get("merged")
+            history: list = earlier if isinstance(earlier, list) else []
             done.report["merged"] = [*history, {"source": "rubric", "rubric": current.sha256,
                                                 "criteria": [c["criterion"] for c in done.changes],
                                                 "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}]
