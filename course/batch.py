@@ -209,6 +209,9 @@ def add_gradebook_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adjustments", type=Path, metavar="FILE",
                         help="late penalties, extensions and manual overrides per student (a CSV: student,late_penalty,"
                              "override,reason); the CSV gets a final column, Canvas the final score")
+    parser.add_argument("--late-policy", type=Path, metavar="FILE",
+                        help="the due date, late policy, extensions and late days (TOML, course/late.py): applied at "
+                             "every build; the CSV gets adjustment, final, submitted and reason columns, Canvas the final score")
     parser.add_argument("--feedback", type=Path, metavar="DIR",
                         help="also write each student's feedback (their view of the report) to DIR/<student>.txt")
     parser.add_argument("--rubric", type=Path, metavar="FILE",
@@ -221,7 +224,7 @@ def gradebook_options(args: argparse.Namespace) -> gradebook.Options:
     threshold = None if getattr(args, "no_similarity", True) else args.similarity_threshold
     return gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports, args.html,
                              threshold, getattr(args, "public_solutions", None), args.canvas_without_gpu, args.adjustments,
-                             args.feedback, args.rubric)
+                             args.feedback, args.rubric, args.late_policy)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

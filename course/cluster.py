@@ -84,7 +84,8 @@ class Plan:
     students: list[dict]         # course.discovery.Student fields, paths absolute
 
     def student_list(self) -> list[Student]:
-        return [Student(s["name"], Path(s["path"]), list(s["flags"]), s.get("canvas_id", "")) for s in self.students]
+        return [Student(s["name"], Path(s["path"]), list(s["flags"]), s.get("canvas_id", ""), s.get("submitted_at", ""))
+                for s in self.students]
 
     def share(self, task: int) -> list[Student]:
         return self.student_list()[task :: self.tasks]

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from course import adjustments, canvas, changelog, feedback, regrade, rescore, similarity
+from course import adjustments, canvas, changelog, feedback, late, regrade, rescore, similarity
 from course.discovery import Student, safe_file_name
 from course.outcomes import StudentGrade, apply_report, default_rows, save_rows, write_csv
 from grader.layout import DEFAULT_RUBRIC
@@ -54,8 +54,10 @@ class Options:
     adjustments: Path | None = None
     feedback: Path | None = None
     rubric: Path | None = None  # None: the grader's own (grader/rubric.toml)
+    late_policy: Path | None = None
 
-    PATHS = ("canvas", "roster", "gpu_reports", "html", "public_solutions", "adjustments", "feedback", "rubric")
+    PATHS = ("canvas", "roster", "gpu_reports", "html", "public_solutions", "adjustments", "feedback", "rubric",
+             "late_policy")
 
     def to_json(self) -> dict:
         return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(self).items()}
@@ -89,9 +91,12 @@ def check(options: Options, students: list[Student]) -> canvas.Roster | None:
             could be anything (no --roster and no --name-is).
         canvas.RosterError: an unreadable roster.
         adjustments.AdjustmentsError: an adjustments file that cannot be used.
+        late.LatePolicyError: a late policy that cannot be used.
     """
     if options.adjustments is not None:
         adjustments.read(options.adjustments)  # a bad file is said before anyone is graded
+    if options.late_policy is not None:
+        late.read(options.late_policy)
     if options.rubric is not None and not options.rubric.is_file():
         raise canvas.OptionsError(f"--rubric {options.rubric}: no such file")
     if options.name_is is not None and options.name_is not in canvas.NAME_IS:
@@ -141,7 +146,7 @@ def load_outcome(student: str, folder: Path, run: str | None) -> StudentGrade | 
     if not isinstance(record, dict) or record.get("student") != student or (run is not None and record.get("run") != run):
         return None
     try:
-        fields = {key: record[key] for key in asdict(StudentGrade("", Path(), Path()))}
+        fields = {key: record[key] for key in asdict(StudentGrade("", Path(), Path())) if key in record}
         return StudentGrade(**{**fields, "path": Path(fields["path"]), "report_path": Path(fields["report_path"])})
     except (KeyError, TypeError):
         return None
@@ -238,17 +243,21 @@ def finish(
         outcomes = outcomes + merge_gpu(outcomes, gpu_folder)
     reconcile_rubric(outcomes, options.rubric or DEFAULT_RUBRIC, progress)
     identities = identify_all(outcomes, students, roster, options)
-    finals = apply_adjustments(outcomes, options.adjustments, progress) if options.adjustments else None
-    write_csv(csv_path, default_rows(outcomes, finals, csv_path.parent))
+    adjusted = apply_adjustments(outcomes, students, options, progress)
+    write_csv(csv_path, default_rows(outcomes, csv_path.parent, adjusted, options.late_policy is not None))
     if options.canvas is not None:
-        write_canvas(outcomes, identities, roster, options, progress, finals or {})
+        write_canvas(outcomes, identities, roster, options, progress)
     save_rows(reports, outcomes)
     said = changelog.summary(changelog.path_of(csv_path), *changelog.write(changelog.path_of(csv_path), run, outcomes))
     if said:
         progress(said)
     if options.feedback is not None:
-        reasons = {name: a.reason for name, a in adjustments.read(options.adjustments).items()} if options.adjustments else {}
-        progress(f"feedback: {feedback.write_all(outcomes, options.feedback, finals, reasons)} files -> {options.feedback}")
+        rubric = None
+        if options.rubric is not None:
+            from grader.rubric import load_rubric  # imports the checks (torch): only for another rubric
+
+            rubric = load_rubric(options.rubric)
+        progress(f"feedback: {feedback.write_all(outcomes, options.feedback, rubric)} files -> {options.feedback}")
     if options.html is not None:
         from course.dashboard import write  # Jinja2: only when a dashboard is asked for
 
@@ -295,28 +304,35 @@ def identify_all(outcomes: list[StudentGrade], students: list[Student], roster: 
     return identities
 
 
-def apply_adjustments(outcomes: list[StudentGrade], path: Path, progress=print) -> dict[str, float | None]:
-    """``{student: final score}`` with the file's penalties and overrides (the raw score stays
-    in ``outcome.score``); flags say which applied; a new override goes into the changelog."""
-    table = adjustments.read(path)
-    finals = {}
+def apply_adjustments(outcomes: list[StudentGrade], students: list[Student], options: Options, progress=print) -> bool:
+    """Set each student's course score (``final``, ``adjustment``, ``reason``) from the late policy
+    and the adjustments file, the raw score kept in ``score``; flags say what applied; a new
+    override goes into the changelog. False (nothing set) when the options give neither."""
+    if options.adjustments is None and options.late_policy is None:
+        return False
+    table = adjustments.read(options.adjustments) if options.adjustments else {}
+    judged = late.judge_all(late.read(options.late_policy), outcomes, students, progress) if options.late_policy else {}
     for outcome in outcomes:
-        adjustment = table.pop(outcome.student, None)
+        lateness = judged.get(outcome.student)
+        from_policy = adjustments.Adjustment(lateness.penalty or None, None, lateness.reason()) if lateness else None
+        adjustment = adjustments.combine(from_policy, table.pop(outcome.student, None))
+        outcome.final = adjustment.final(outcome.score) if adjustment else outcome.score
+        outcome.adjustment = adjustment.describe() if adjustment else ""
+        outcome.reason = adjustment.reason if adjustment else ""
         if adjustment is None:
             continue
-        finals[outcome.student] = adjustment.final(outcome.score)
         outcome.flags = list(dict.fromkeys([*outcome.flags, *adjustment.flags()]))
         if adjustment.override is not None:
             outcome.changes.append({"criterion": OVERRIDE, "old_points": outcome.score,
                                     "new_points": adjustment.override, "old_status": "",
                                     "new_status": f"override: {adjustment.reason}".strip()})
     if table:
-        progress(f"adjustments: no student named {', '.join(sorted(table))} in this class ({path})")
-    return finals
+        progress(f"adjustments: no student named {', '.join(sorted(table))} in this class ({options.adjustments})")
+    return True
 
 
 def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] | None], roster: canvas.Roster | None,
-                 options: Options, progress=print, finals: dict[str, float | None] | None = None) -> None:
+                 options: Options, progress=print) -> None:
     """Canvas's import: one row per student Canvas can match (the others are named in a line);
     an empty cell ("no change") for a score that is not trustworthy or not complete (criteria
     blocked until the GPU merge, unless ``canvas_without_gpu``); a warning when the scores are
@@ -331,8 +347,7 @@ def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] |
         blocked = any(f.startswith("blocked_points=") for f in outcome.flags) and not options.canvas_without_gpu
         if blocked:
             waiting.append(outcome.student)
-        score = (finals or {}).get(outcome.student, outcome.score)
-        rows.append((identity, None if blocked else score))
+        rows.append((identity, None if blocked else outcome.course_score()))
         if outcome.max_score is not None:  # what its score is out of in Canvas, now or after the GPU merge
             out_of.add((outcome.max_score, blocked_points(outcome)))
     write_csv(options.canvas, canvas.import_rows(options.assignment or "", rows))
