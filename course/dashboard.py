@@ -6,11 +6,13 @@
 REPORTS is the ``<csv stem>-reports/`` folder that ``batch`` and ``slurm merge`` write: one
 ``<student>.json`` report and ``<student>.log`` per student, the similarity pass's pairs
 (:data:`similarity.SIMILARITY_FILE`) when it ran, and the gradebook's rows
-(:data:`course.outcomes.ROWS_FILE`: each student's name and every flag of the CSV). The page shows the score distribution, per-problem
-averages, per-criterion pass rates with the most common failure messages, the students to
-look at (whatever flagged them: the report, the gradebook, 0 points), every student by score,
-lowest first, the similar pairs with their overlapping code, and every student's criteria and
-messages as the student sees them.
+(:data:`course.outcomes.ROWS_FILE`: each student's name, every flag of the CSV and the course's
+score). The page shows the distribution of the course's scores (after the late policy and the
+adjustments, as the CSV's final column and Canvas have them), per-problem averages,
+per-criterion pass rates with the most common failure messages, the students to look at
+(whatever flagged them: the report, the gradebook, 0 points), every student by final score,
+lowest first, with the raw score, the adjustment and the late-work flags, the similar pairs
+with their overlapping code, and every student's criteria and messages as the student sees them.
 
 The page is one file that needs nothing else: no network, no script at all (expandable
 sections are ``<details>``), inline CSS and SVG, and a Content-Security-Policy that forbids
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import jinja2
 
-from course import similarity
+from course import late, similarity
 from course.discovery import archive_stem
 from course.outcomes import ROWS_FILE, load_rows, problem_key
 from grader.layout import DEFAULT_RUBRIC, STUDENT_FILES
@@ -64,12 +66,24 @@ class Student:
     partners: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)  # the gradebook CSV's flags, when the rows were saved
     recorded: tuple[float | None, float] | None = None  # (score, out of) of a row without a report: Gradescope's
+    adjusted: tuple[float | None, str, str] = (None, "", "")  # the gradebook's (final, adjustment, reason)
 
     @property
     def score(self) -> float | None:
+        """The grader's raw total."""
         if self.report:
             return sum(c["earned"] for c in self.criteria)
         return self.recorded[0] if self.recorded else None
+
+    @property
+    def final(self) -> float | None:
+        """The score the course records: the adjusted one where the gradebook adjusted it (late
+        penalty, override), else the raw total; what the CSV's final column and Canvas say."""
+        return self.adjusted[0] if self.adjusted[1] else self.score
+
+    @property
+    def late(self) -> list[tuple[str, str]]:
+        return late.badges(self.flags)
 
     @property
     def achievable(self) -> float:
@@ -132,13 +146,20 @@ def load_students(reports: Path) -> list[Student]:
             name = Path(report["submission"]).name if report else stem
         seen.add(name)
         student = Student(name, f"s{index}", report, f"{stem}.json", flags=[str(f) for f in row["flags"]] if row else [],
-                          recorded=_recorded(row) if report is None else None)
+                          recorded=_recorded(row) if report is None else None, adjusted=_adjusted(row))
         if report:
             student.criteria = [_criterion(c) for c in report["criteria"]]
             student.notes = [_text(note, 600) for note in _list(report.get("notes"))]
             student.findings = [_finding(f) for f in _list(report.get("policy_findings"))]
         students.append(student)
     return students
+
+
+def _adjusted(row: dict | None) -> tuple[float | None, str, str]:
+    """A gradebook row's ``(final, adjustment, reason)``: what the course made of the raw score."""
+    final = (row or {}).get("final")
+    final = float(final) if isinstance(final, (int, float)) and not isinstance(final, bool) else None
+    return final, _text((row or {}).get("adjustment"), 100), _text((row or {}).get("reason"), 600)
 
 
 def _recorded(row: dict | None) -> tuple[float | None, float] | None:
@@ -151,8 +172,9 @@ def _recorded(row: dict | None) -> tuple[float | None, float] | None:
 
 
 # Gradebook flags the page says in its own words (similar pairs, missing files, blocked criteria,
-# the report's own review reasons and errors) or that ask for no one (late).
-SAID_ELSEWHERE = ("needs_review", "similar_to=", "missing:", "blocked_points=", "policy_findings=", "criterion_errors=", "late")
+# the report's own review reasons and errors, late work) or that ask for no one (adjustments).
+SAID_ELSEWHERE = ("needs_review", "similar_to=", "missing:", "blocked_points=", "policy_findings=", "criterion_errors=", "late",
+                  "extension", "submitted_unknown", "override=")
 
 
 def review_reasons(student: Student) -> list[tuple[str, str]]:
@@ -180,14 +202,16 @@ def review_reasons(student: Student) -> list[tuple[str, str]]:
     if (report.get("needs_review") is True or unexplained) and not review and not from_gradebook:
         reasons.append(("review", "needs review"))
     reasons += from_gradebook
+    if late.UNKNOWN_LATE in student.flags:
+        reasons.append(("late", "late, time unknown: give it under [submitted] in the late policy"))
     if student.score == 0 and student.achievable > 0:
         reasons.append(("zero", "0 points"))
     return reasons
 
 
 def by_score(students: list[Student]) -> list[Student]:
-    """Every student, lowest score first (no score at all first of all), then by name."""
-    return sorted(students, key=lambda s: (s.score is not None, s.score or 0, s.name))
+    """Every student, lowest course score first (no score at all first of all), then by name."""
+    return sorted(students, key=lambda s: (s.final is not None, s.final or 0, s.name))
 
 
 def normalise(message: object) -> str:
@@ -310,14 +334,16 @@ def summarise(reports: Path) -> dict:
         if extra:
             student.reasons.append(("blocked", f"blocked: {', '.join(extra)}"))
     graded = [s for s in students if s.report or s.recorded]
-    scores = [s.score for s in graded if s.score is not None]
+    scores = [s.final for s in graded if s.final is not None]  # the course's scores, as the CSV and Canvas have them
     criteria = criterion_rows(students)
     top = Counter(s.achievable for s in graded).most_common(1)[0][0] if graded else 0
     return {
         "students": students, "by_name": by_name, "graded": graded, "scores": scores, "top": top,
         "mean": statistics.fmean(scores) if scores else None,
         "median": statistics.median(scores) if scores else None,
-        "full": sum(1 for s in graded if s.score is not None and s.score >= s.achievable > 0),
+        "full": sum(1 for s in graded if s.final is not None and s.final >= s.achievable > 0),
+        "late": sum(1 for s in students if any(kind == "late" for kind, _ in s.late)),
+        "adjusted": any(s.adjusted[1] or s.late for s in students),
         "zero": scores.count(0),
         "histogram": histogram(scores, top),
         "problems": problem_rows(students, criteria, problem_titles()),

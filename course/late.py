@@ -283,3 +283,26 @@ def summary(policy: Policy, judged: dict[str, Lateness]) -> str:
     if unknown:
         parts.append(f"{len(unknown)} without a submission time: {', '.join(unknown)}")
     return f"late policy ({policy.path}): " + ", ".join(parts)
+
+
+def badges(flags: list[str]) -> list[tuple[str, str]]:
+    """A gradebook row's late-work flags as the dashboard shows them: ``(kind, text)``, kind
+    ``late`` or ``extension``; the source's own marks (``late``, Gradescope's ``late=H:M:S``) too."""
+    shown = []
+    for flag in flags:
+        name, _, value = flag.partition("=")
+        if flag == "late":
+            shown.append(("late", "late"))
+        elif name == "late" and value.endswith("d") and value[:-1].isdigit():
+            shown.append(("late", f"{value[:-1]} day{'s' if value != '1d' else ''} late"))
+        elif name == "late":
+            shown.append(("late", f"late {value}"))
+        elif flag == UNKNOWN_LATE:
+            shown.append(("late", "late, time unknown"))
+        elif flag == "extension":
+            shown.append(("extension", "extension"))
+        elif name == "late_days_used":
+            shown.append(("extension", f"{value} late day{'s' if value != '1' else ''} used"))
+        elif flag == UNKNOWN:
+            shown.append(("late", "no submission time"))
+    return shown

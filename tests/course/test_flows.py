@@ -107,17 +107,32 @@ def test_the_dashboard_names_archives_as_the_csv_and_lists_whom_to_look_at(flows
 
 
 PROBE = """<!DOCTYPE html><html><body><script>
-// Opens the dashboard at each width in a frame and writes what overflows into the DOM.
+// Opens the dashboard at each width in a frame, every <details> open, and writes into the DOM how
+// wide the page is and every element that runs past the window or past the box that scrolls it
+// (a wide table's; code keeps its lines and scrolls on purpose).
 const widths = %s, results = [];
+function clipped(doc, width) {
+  const found = [];
+  for (const element of doc.querySelectorAll("main *")) {
+    if (element.closest("pre.code, svg")) continue;
+    const box = element.getBoundingClientRect();
+    if (box.width === 0) continue;
+    const scroller = element.parentElement.closest(".wide, pre");
+    const limit = scroller ? Math.min(width, scroller.getBoundingClientRect().right) : width;
+    if (box.right > limit + 1) found.push(element.tagName + "." + element.className + ": " + element.textContent.slice(0, 60));
+  }
+  return found;
+}
 function next(i) {
   if (i === widths.length) { document.body.setAttribute("data-done", JSON.stringify(results)); return; }
   const frame = document.createElement("iframe");
   frame.style.width = widths[i] + "px"; frame.style.height = "900px"; frame.style.border = "0";
   frame.onload = () => {
     const doc = frame.contentDocument, table = doc.getElementById("problems");
-    const box = table.getBoundingClientRect(), main = doc.querySelector("main").getBoundingClientRect();
+    for (const details of doc.querySelectorAll("details")) details.open = true;
+    const box = table.getBoundingClientRect();
     results.push({width: widths[i], page: doc.documentElement.scrollWidth, table: box.width, right: box.right,
-                  main: main.right});
+                  clipped: clipped(doc, doc.documentElement.clientWidth)});
     frame.remove(); next(i + 1);
   };
   frame.src = %s; document.body.appendChild(frame);
@@ -126,26 +141,63 @@ next(0);
 </script></body></html>"""
 
 
-@pytest.mark.slow  # four Chromium runs
-def test_the_dashboard_fits_narrow_windows(flows, tmp_path):
-    """At 420, 800 and 1,400 px nothing runs off the page and the per-problem table is shown
-    within it (wide tables scroll in their own box); screenshots saved for people to look at."""
-    page = flows / "batch.html"
-    probe = tmp_path / "probe.html"
+def fits(page: Path, probe: Path, name: str) -> None:
+    """At 420, 800 and 1,400 px nothing of ``page`` runs off the window or is cut at the edge of
+    the box that scrolls it, and the per-problem table shows within it; screenshots saved as
+    ``<name>-<width>px.png`` for people to look at."""
     probe.write_text(PROBE % (json.dumps(WIDTHS), json.dumps(page.as_uri())))
     reader = DomReader()
     reader.feed(chromium_run(probe, "--allow-file-access-from-files", "--virtual-time-budget=10000", "--dump-dom"))
     results = json.loads(reader.root.find_all("body")[0].attrs["data-done"])
+    assert [measured["width"] for measured in results] == list(WIDTHS)
     for measured in results:
         width = measured["width"]
         assert measured["page"] <= width, measured  # no horizontal scroll of the whole page
         assert 0 < measured["table"] and measured["right"] <= width, measured
+        assert measured["clipped"] == [], measured
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for width in WIDTHS:
-        shot = ARTIFACTS / f"dashboard-{width}px.png"
+        shot = ARTIFACTS / f"{name}-{width}px.png"
         shot.unlink(missing_ok=True)
         chromium_run(page, f"--screenshot={shot}", f"--window-size={width},1600")
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow  # four Chromium runs
+def test_the_dashboard_fits_narrow_windows(flows, tmp_path):
+    fits(flows / "batch.html", tmp_path / "probe.html", "dashboard")
+
+
+LONG_MESSAGE = (  # spaces, a path, and words longer than a phone's screen
+    "wave 2: expected submit(0) submit(1) receive(0) submit(2) receive(1) receive(2); got submit(0) receive(0) "
+    "submit(1) receive(1)\n  File \"/srv/courses/cs999/hw5/submissions/lovelaceada_LATE_101/minitorch/pipeline.py\", "
+    "line 123, in forward_all_the_microbatches_through_every_stage\nAssertionError: expected_shape=torch.Size([16,32,64])"
+    "_got_torch.Size([16,64,32])_with_dtype_torch.float32_on_device_cpu_after_the_second_wave")
+
+
+@pytest.mark.slow  # four Chromium runs
+def test_long_messages_names_and_reasons_wrap_at_every_width(tmp_path):
+    """Issue 28, item 9: at 420 px the dashboard cut long messages at the right edge."""
+    from course import dashboard, outcomes
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    names = ("lovelaceada_with_a_folder_name_longer_than_any_phone_is_wide_12345", "bob")
+    for name in names:
+        criteria = [{"id": "2.1-a-criterion-id-longer-than-most", "problem": "2.1", "title": "clock_cycles " * 12,
+                     "points": 3, "earned": 0, "status": "failed", "message": LONG_MESSAGE, "seconds": 0.5,
+                     "output": "printed_without_a_single_space_" * 12}]
+        (reports / f"{name}.json").write_text(json.dumps({
+            "schema_version": 1, "submission": name, "complete": True, "files": {"pipeline.py": "0" * 64},
+            "criteria": criteria, "notes": ["pipeline (1).py was graded as pipeline.py; " + "a_note_without_spaces_" * 12],
+            "review_reasons": ["2.1: killed by signal 9 twice; /a/long/path" * 8],
+            "policy_findings": [{"file": "pipeline.py", "line": 3, "name": "subprocess",
+                                 "code": "subprocess.run(['rm','-rf','/a/really/long/path/that/never/wraps/at/a/space'])"}]}))
+    outcomes.save_rows(reports, [outcomes.StudentGrade(
+        name, tmp_path, reports / f"{name}.json", score=0, final=0, adjustment="penalty 30%", reason="late " * 20,
+        flags=["late=3d", "extension", "late_days_used=1", "needs_review", "unreadable_file:" + "x" * 80]) for name in names])
+    dashboard.write(reports, tmp_path / "long.html")
+    fits(tmp_path / "long.html", tmp_path / "probe.html", "dashboard-long")
 
 
 def test_each_students_feedback_is_a_file_of_their_own(flows):
