@@ -209,6 +209,9 @@ def add_gradebook_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adjustments", type=Path, metavar="FILE",
                         help="late penalties, extensions and manual overrides per student (a CSV: student,late_penalty,"
                              "override,reason); the CSV gets a final column, Canvas the final score")
+    parser.add_argument("--anonymous", action="store_true",
+                        help="anonymous grading: stable pseudonyms instead of names in the CSV (no report paths) and the "
+                             "dashboard, similarity pairs included; Canvas's import and the feedback files keep ids")
     parser.add_argument("--late-policy", type=Path, metavar="FILE",
                         help="the due date, late policy, extensions and late days (TOML, course/late.py): applied at "
                              "every build; the CSV gets adjustment, final, submitted and reason columns, Canvas the final score")
@@ -224,7 +227,7 @@ def gradebook_options(args: argparse.Namespace) -> gradebook.Options:
     threshold = None if getattr(args, "no_similarity", True) else args.similarity_threshold
     return gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports, args.html,
                              threshold, getattr(args, "public_solutions", None), args.canvas_without_gpu, args.adjustments,
-                             args.feedback, args.rubric, args.late_policy)
+                             args.feedback, args.rubric, args.late_policy, args.anonymous)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

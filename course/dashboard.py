@@ -22,6 +22,7 @@ code) is escaped by Jinja2's autoescape.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import math
 import re
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import jinja2
 
+from course import anonymous as anonymous_names
 from course import late, similarity
 from course.discovery import archive_stem
 from course.outcomes import ROWS_FILE, load_rows, problem_key
@@ -310,8 +312,9 @@ def problem_titles() -> dict[str, str]:
         return {}
 
 
-def summarise(reports: Path) -> dict:
-    """Everything the page shows, from a reports folder.
+def summarise(reports: Path, anonymous: bool = False) -> dict:
+    """Everything the page shows, from a reports folder; with ``anonymous``, every student (in the
+    similarity pairs too) by pseudonym and no report file names (course.anonymous).
 
     Raises:
         DashboardError: not a folder, no student in it, or a malformed similarity file.
@@ -322,6 +325,8 @@ def summarise(reports: Path) -> dict:
     if not students:
         raise DashboardError(f"{reports} holds no reports (*.json) or logs (*.log) of a batch")
     pairs = _pairs(reports / similarity.SIMILARITY_FILE)
+    if anonymous:
+        pairs = _pseudonymise(students, pairs, anonymous_names.assign(reports, [s.name for s in students]))
     by_name = {s.name: s for s in students}
     for name, partners in similarity.similar_to([(p.a, p.b) for p in pairs]).items():
         if name in by_name:
@@ -354,6 +359,15 @@ def summarise(reports: Path) -> dict:
     }
 
 
+def _pseudonymise(students: list[Student], pairs: list[similarity.Pair], pseudonyms: dict[str, str]) -> list[similarity.Pair]:
+    """Students renamed by their pseudonyms, without report file names; the pairs renamed alike
+    (a known public solution keeps its name)."""
+    for student in students:
+        student.name, student.report_file = pseudonyms[student.name], ""
+        student.flags = anonymous_names.flags(student.flags, pseudonyms)
+    return [dataclasses.replace(p, a=pseudonyms.get(p.a, p.a), b=pseudonyms.get(p.b, p.b)) for p in pairs]
+
+
 def _pairs(path: Path) -> list[similarity.Pair]:
     if not path.exists():
         return []
@@ -381,9 +395,9 @@ def render(context: dict, title: str, source: str) -> str:
     return page.render(**context, title=title, source=source, generated=generated, student_files=STUDENT_FILES)
 
 
-def write(reports: Path, html: Path, title: str = "Class dashboard") -> dict:
+def write(reports: Path, html: Path, title: str = "Class dashboard", anonymous: bool = False) -> dict:
     """Build the page from ``reports`` into ``html``; return what it shows."""
-    context = summarise(reports)
+    context = summarise(reports, anonymous)
     html.parent.mkdir(parents=True, exist_ok=True)
     html.write_text(render(context, title, reports.name), encoding="utf-8")
     return context
@@ -394,12 +408,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", type=Path, help="the <csv stem>-reports/ folder that `python -m course batch` wrote")
     parser.add_argument("--html", type=Path, required=True, help="the HTML file to write")
     parser.add_argument("--title", default="Class dashboard", help="the page's title")
+    parser.add_argument("--anonymous", action="store_true",
+                        help="students by their stable pseudonyms (kept in REPORTS), no report file names")
 
 
 def run(args: argparse.Namespace) -> int:
     """``python -m course dashboard``."""
     try:
-        context = write(args.reports, args.html, args.title)
+        context = write(args.reports, args.html, args.title, args.anonymous)
     except DashboardError as error:
         print(f"python -m course dashboard: error: {error}", file=sys.stderr)
         return 2

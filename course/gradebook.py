@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from course import adjustments, canvas, changelog, feedback, late, regrade, rescore, similarity
+from course import adjustments, anonymous, canvas, changelog, feedback, late, regrade, rescore, similarity
 from course.discovery import Student, safe_file_name
 from course.outcomes import StudentGrade, apply_report, default_rows, save_rows, write_csv
 from grader.layout import DEFAULT_RUBRIC
@@ -55,6 +55,7 @@ class Options:
     feedback: Path | None = None
     rubric: Path | None = None  # None: the grader's own (grader/rubric.toml)
     late_policy: Path | None = None
+    anonymous: bool = False  # pseudonyms in the CSV and the dashboard (course.anonymous)
 
     PATHS = ("canvas", "roster", "gpu_reports", "html", "public_solutions", "adjustments", "feedback", "rubric",
              "late_policy")
@@ -244,7 +245,8 @@ def finish(
     reconcile_rubric(outcomes, options.rubric or DEFAULT_RUBRIC, progress)
     identities = identify_all(outcomes, students, roster, options)
     adjusted = apply_adjustments(outcomes, students, options, progress)
-    write_csv(csv_path, default_rows(outcomes, csv_path.parent, adjusted, options.late_policy is not None))
+    pseudonyms = anonymous.assign(reports, [o.student for o in outcomes]) if options.anonymous else None
+    write_csv(csv_path, default_rows(outcomes, csv_path.parent, adjusted, options.late_policy is not None, pseudonyms))
     if options.canvas is not None:
         write_canvas(outcomes, identities, roster, options, progress)
     save_rows(reports, outcomes)
@@ -261,8 +263,8 @@ def finish(
     if options.html is not None:
         from course.dashboard import write  # Jinja2: only when a dashboard is asked for
 
-        write(reports, options.html)
-        progress(f"dashboard -> {options.html}")
+        write(reports, options.html, anonymous=options.anonymous)
+        progress(f"dashboard -> {options.html}{' (anonymous)' if options.anonymous else ''}")
     return outcomes
 
 

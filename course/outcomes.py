@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course import anonymous
 from grader.layout import STUDENT_FILES
 from grader.protocol import printable, write_atomic
 
@@ -99,10 +100,11 @@ def report_cell(report_path: Path, base: Path | None) -> str:
 
 
 def default_rows(outcomes: list[StudentGrade], base: Path | None = None, adjusted: bool = False,
-                 late: bool = False) -> list[list[object]]:
+                 late: bool = False, pseudonyms: dict[str, str] | None = None) -> list[list[object]]:
     """The gradebook CSV's rows; report paths relative to ``base`` (the CSV's folder). ``adjusted``
     (adjustments or a late policy): ``adjustment`` and ``final`` after the grader's raw ``total``,
-    the adjustment's ``reason`` last; ``late`` (a late policy): the ``submitted`` time too."""
+    the adjustment's ``reason`` last; ``late`` (a late policy): the ``submitted`` time too.
+    ``pseudonyms`` (anonymous grading): students named by pseudonym, no report paths."""
     problems = sorted({p for o in outcomes for p in o.problems}, key=problem_key)
     final = ["adjustment", "final"] if adjusted else []
     after = (["submitted"] if late else []) + (["reason"] if adjusted else [])
@@ -111,8 +113,12 @@ def default_rows(outcomes: list[StudentGrade], base: Path | None = None, adjuste
         scores = [o.problems.get(p) if o.score is not None else None for p in problems]
         course = [o.adjustment, o.course_score()] if adjusted else []
         tail = ([o.submitted] if late else []) + ([o.reason] if adjusted else [])
-        rows.append([o.student, *scores, o.score, *course, o.max_score, o.status, ";".join(o.flags),
-                     report_cell(o.report_path, base), *tail])
+        if pseudonyms is None:
+            rows.append([o.student, *scores, o.score, *course, o.max_score, o.status, ";".join(o.flags),
+                         report_cell(o.report_path, base), *tail])
+        else:
+            rows.append([pseudonyms[o.student], *scores, o.score, *course, o.max_score, o.status,
+                         ";".join(anonymous.flags(o.flags, pseudonyms)), "", *tail])
     return rows
 
 
