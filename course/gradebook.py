@@ -231,9 +231,11 @@ def _merge_one(outcome: StudentGrade, cpu: dict, gpu: dict) -> None:
 def finish(
     outcomes: list[StudentGrade], students: list[Student], csv_path: Path, options: Options, run: str, progress=print,
 ) -> list[StudentGrade]:
-    """What every flow does once its students are graded (``batch`` and ``slurm merge`` alike):
-    the similarity pass, the GPU results merged, identities matched, the CSV, the Canvas file,
-    the changelog and the dashboard; return every row (GPU-only students added)."""
+    """What every flow does once its students are graded (``batch``, ``slurm merge`` and
+    ``import-gradescope`` alike): the similarity pass, the GPU results merged, the reports brought
+    up to the rubric (course.rescore), identities matched, the late policy and the adjustments
+    applied, the CSV (anonymous where asked), the Canvas file, the changelog, the feedback and
+    the dashboard; return every row (GPU-only students added)."""
     reports = reports_folder(csv_path)
     if options.similarity_threshold is not None:  # flags only, never a score
         similarity.flag_batch(outcomes, reports, threshold=options.similarity_threshold,
@@ -250,22 +252,28 @@ def finish(
     if options.canvas is not None:
         write_canvas(outcomes, identities, roster, options, progress)
     save_rows(reports, outcomes)
-    said = changelog.summary(changelog.path_of(csv_path), *changelog.write(changelog.path_of(csv_path), run, outcomes))
+    log = changelog.path_of(csv_path)
+    said = changelog.summary(log, *changelog.write(log, run, outcomes))
     if said:
         progress(said)
     if options.feedback is not None:
-        rubric = None
-        if options.rubric is not None:
-            from grader.rubric import load_rubric  # imports the checks (torch): only for another rubric
-
-            rubric = load_rubric(options.rubric)
-        progress(f"feedback: {feedback.write_all(outcomes, options.feedback, rubric)} files -> {options.feedback}")
+        write_feedback(outcomes, options.feedback, options.rubric, progress)
     if options.html is not None:
         from course.dashboard import write  # Jinja2: only when a dashboard is asked for
 
         write(reports, options.html, anonymous=options.anonymous)
         progress(f"dashboard -> {options.html}{' (anonymous)' if options.anonymous else ''}")
     return outcomes
+
+
+def write_feedback(outcomes: list[StudentGrade], folder: Path, rubric: Path | None, progress=print) -> None:
+    """Each student's feedback file, as the rubric in force shows it (course.feedback)."""
+    shown = None
+    if rubric is not None:
+        from grader.rubric import load_rubric  # imports the checks (torch): only for another rubric
+
+        shown = load_rubric(rubric)
+    progress(f"feedback: {feedback.write_all(outcomes, folder, shown)} files -> {folder}")
 
 
 def reconcile_rubric(outcomes: list[StudentGrade], rubric: Path, progress=print) -> None:

@@ -270,6 +270,10 @@ def judge_all(policy: Policy, outcomes: list[StudentGrade], students: list[Stude
         outcome.flags = list(dict.fromkeys([*kept, *lateness.flags()]))
         judged[outcome.student] = lateness
     progress(summary(policy, judged))
+    strangers = sorted(({*policy.extensions, *policy.late_days_used, *policy.submitted}) - set(judged))
+    if strangers:
+        progress(f"late policy: no student named {', '.join(strangers)} in this class ({policy.path}); "
+                 "name them as the gradebook's student column does")
     return judged
 
 

@@ -33,6 +33,7 @@ fay = 1
 
 [submitted]
 dee = 2025-03-15T09:00:00-05:00
+typo = 2025-03-15T09:00:00-05:00
 """
 RAW = 40.0
 
@@ -105,6 +106,7 @@ def test_each_student_late_or_not_as_the_policy_says(tmp_path):
     assert rows["hal"]["submitted"] == "" and rows["hal"]["reason"] == "on time (the source does not mark it late)"
     assert any(line.startswith(f"late policy ({tmp_path / 'late.toml'}): 4 late (3 with a penalty), 1 with an extension, "
                                "2 without a submission time: gus, jo") for line in rows["said"])
+    assert any(line.startswith("late policy: no student named typo in this class") for line in rows["said"])
     with open(tmp_path / "canvas.csv", newline="", encoding="utf-8") as handle:
         canvas_scores = {row["Student"]: row["HW5 (77)"] for row in csv.DictReader(handle)}
     assert canvas_scores == {name: rows[name]["final"] for name in CLASS}  # Canvas gets the final score
