@@ -41,9 +41,12 @@ WIDTHS = (420, 800, 1400)
 
 
 def make_class(folder: Path) -> None:
-    """key and its copy (a .tar.gz), bob and zero with their own code."""
+    """key and its copy (a .tar.gz), bob and zero with their own code; bob's folder says when
+    he submitted, as Gradescope's submission_metadata.json does (30 hours late: see FLOWS_LATE)."""
     key = {name: answer_key_source(name) for name in ("pipeline.py", "tensor_parallel.py")}
-    for name, files in (("key", key), ("bob", {"pipeline.py": "def clock_cycles(m, n):\n    return iter(())\n"}),
+    metadata = json.dumps({"id": 7, "created_at": "2025-03-16T05:59:00.000000-05:00"})
+    for name, files in (("key", key), ("bob", {"pipeline.py": "def clock_cycles(m, n):\n    return iter(())\n",
+                                               "submission_metadata.json": metadata}),
                         ("zero", {"pipeline.py": "x = 1\n"})):
         (folder / name).mkdir(parents=True)
         for file, text in files.items():
@@ -51,6 +54,18 @@ def make_class(folder: Path) -> None:
     with tarfile.open(folder / "copy.tar.gz", "w:gz") as archive:
         for file in key:
             archive.add(folder / "key" / file, arcname=file)
+    (folder.parent / "late.toml").write_text(FLOWS_LATE)
+
+
+FLOWS_LATE = """\
+due = 2025-03-14T23:59:00-05:00
+penalty_per_day = 10
+
+[submitted]
+key = 2025-03-14T10:00:00-05:00
+copy = 2025-03-14T11:00:00-05:00
+zero = 2025-03-13T09:00:00-05:00
+"""
 
 
 def read_csv(path: Path) -> dict[str, dict]:
@@ -66,12 +81,12 @@ def flows(tmp_path_factory):
     fake = [sys.executable, str(root / "fake_grader.py")]
     batch.run_batch(root / "class", root / "batch" / "grades.csv", jobs=2, grader_command=fake, progress=print,
                     options=gradebook.Options(similarity_threshold=similarity.DEFAULT_THRESHOLD, html=root / "batch.html",
-                                              feedback=root / "feedback"))
+                                              feedback=root / "feedback", late_policy=root / "late.toml"))
     slurm_csv = root / "slurm" / "grades.csv"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GRADER_SLOT_LOCKS", str(root / "locks"))
         assert cli.main(["slurm", "write", str(root / "class"), "--csv", str(slurm_csv), "--per-task", "2",
-                         "--html", str(root / "slurm.html")]) == 0
+                         "--html", str(root / "slurm.html"), "--late-policy", str(root / "late.toml")]) == 0
         plan_path = cluster.slurm_folder(slurm_csv) / "cpu" / "plan.json"
         plan = json.loads(plan_path.read_text())
         plan_path.write_text(json.dumps({**plan, "grader_command": fake}))
@@ -85,7 +100,8 @@ def test_slurm_and_batch_write_the_same_gradebook_similarity_and_dashboard(flows
     by_batch, by_slurm = read_csv(flows / "batch" / "grades.csv"), read_csv(flows / "slurm" / "grades.csv")
     assert by_slurm == by_batch
     assert by_batch["key"]["flags"] == "similar_to=copy;needs_review" and by_batch["copy"]["flags"] == "similar_to=key;needs_review"
-    assert by_batch["bob"]["flags"] == "needs_review"  # the report asked for a person: the CSV says so
+    assert by_batch["bob"]["flags"] == "needs_review;late=2d;late_penalty=20%"  # the report asked for a person: the CSV says so
+    assert (by_batch["bob"]["total"], by_batch["bob"]["final"]) == ("8", "6.4")  # late by Gradescope's created_at
     found = {kind: json.loads((gradebook.reports_folder(flows / kind / "grades.csv") / similarity.SIMILARITY_FILE).read_text())
              for kind in ("batch", "slurm")}
     assert found["slurm"]["pairs"] == found["batch"]["pairs"]
