@@ -127,10 +127,9 @@ def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("dashboard")
     make_class(root / "class")
     rubric = small_rubric(root / "rubric.toml")
-    outcomes = batch.run_batch(
+    outcomes = batch.run_batch(  # graded with the small rubric, and the gradebook built against it
         root / "class", root / "grades.csv", jobs=2, timeout=150, progress=print,
-        grader_command=[sys.executable, "-m", "grader", "grade", "--rubric", str(rubric)],
-        options=gradebook.Options(similarity_threshold=similarity.DEFAULT_THRESHOLD, html=root / "class.html"),
+        options=gradebook.Options(similarity_threshold=similarity.DEFAULT_THRESHOLD, html=root / "class.html", rubric=rubric),
     )
     return {"root": root, "outcomes": {o.student: o for o in outcomes}, "reports": root / "grades-reports",
             "html": root / "class.html", "csv": root / "grades.csv"}
