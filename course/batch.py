@@ -2,7 +2,8 @@
 
     python -m course batch FOLDER --csv grades.csv [--jobs N] [--timeout S] [--only ID ...]
                                   [--canvas FILE --assignment HEADER [--roster EXPORT.csv] [--name-is KIND]]
-                                  [--gpu-reports DIR] [--html FILE]
+                                  [--gpu-reports DIR] [--html FILE] [--feedback DIR] [--rubric FILE]
+                                  [--late-policy FILE] [--adjustments FILE] [--anonymous] [--rerun-failed]
                                   [--similarity-threshold SHARE] [--public-solutions DIR] [--no-similarity]
 
 FOLDER holds one subfolder, ``.zip``, ``.tar.gz`` or ``.tgz`` per student, or is a Canvas
@@ -24,6 +25,13 @@ course.regrade). ``--canvas FILE`` also writes Canvas's gradebook import (course
 Every cell starting with ``= + - @`` (or a tab or carriage return) is prefixed with ``'``
 so a spreadsheet never runs it as a formula. ``--html`` also writes the class dashboard
 (course/dashboard.py).
+
+Every run ends in a build of the gradebook (course.gradebook.finish), also when nobody is
+graded again (``--rerun-failed`` with nobody failed): reports graded under another version of
+``--rubric`` are re-scored or named for a regrade (course.rescore); ``--late-policy`` and
+``--adjustments`` add ``adjustment``, ``final``, ``submitted`` and ``reason`` columns and the
+late-work flags (course.late, course.adjustments); ``--anonymous`` names students by pseudonym
+(course.anonymous); the changelog gets the real changes only (course.changelog).
 """
 from __future__ import annotations
 
