@@ -3,14 +3,18 @@
 ``batch`` (after grading) and ``slurm merge`` (after the array tasks) both end in
 :func:`finish`, so both write the same files from the same students:
 
-- ``<csv>``: one row per student, every flag (course.batch ``default_rows``);
-- ``--canvas FILE``: Canvas's gradebook import (course.canvas); a student the roster does
-  not know, or knows twice, is flagged and gets an EMPTY score there ("no change");
+- ``<csv>``: one row per student, every flag (course.outcomes ``default_rows``); with a late
+  policy or adjustments the raw ``total``, the ``adjustment``, the ``final`` score and its
+  ``reason`` (course.late, course.adjustments); by pseudonym with ``--anonymous``;
+- ``--canvas FILE``: Canvas's gradebook import (course.canvas), the final scores; a student the
+  roster does not know, or knows twice, is flagged and gets an EMPTY score there ("no change");
 - ``<csv stem>-changelog.csv``: what changed, each real change once (course.changelog);
 - GPU results (``<csv stem>-reports/gpu/<student>.json`` unless ``--gpu-reports`` says
   otherwise) merged into each student's JSON report, the CSV and the Canvas file, with
   flags for a GPU report without a CPU one (``gpu_without_cpu``), the reverse
-  (``cpu_without_gpu``), and GPU runs that were inconclusive, blocked or smoke runs.
+  (``cpu_without_gpu``), and GPU runs that were inconclusive, blocked or smoke runs;
+- reports graded under another version of the rubric re-scored, or flagged for a regrade
+  (course.rescore).
 
 Each graded student also leaves an outcome record (status, seconds, flags, changes) in
 ``<csv stem>-reports/outcomes/``, so a gradebook can be rebuilt from the folder alone.
