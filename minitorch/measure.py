@@ -8,9 +8,10 @@ asks the written questions beside those figures (Q1-Q9)::
                                    and stages that compute, beside 2M/(M+1) and the bubble  (Q1, Q3)
     balance           Problem 2.4  your balanced split against the even split, simulated      (Q2)
     activations       Problems 4.1, 4.2  peak activations per device of GPipe, your 1F1B and
-                                   your interleaved schedule: simulated and executed            (Q4)
-    recomputation     Problem 4.3  your checkpoint_sequential: stored activations, time and
-                                   recomputed forwards against the number of segments        (Q5)
+                                   your interleaved schedule against M: simulated and executed (Q4)
+    recomputation     Problem 4.3  your checkpoint_sequential: stored activations (beside an
+                                   upper bound), time and recomputed forwards against the
+                                   number of segments                                        (Q5)
     tp_bytes          Problem 3    bytes your tensor-parallel layer moves per rank (gloo,
                                    t = 2), recorded against the formula; with and without
                                    sequence parallelism, and the activations each rank keeps (Q6)
@@ -21,8 +22,10 @@ One progress line per measurement. A measurement whose code is still a stub (or 
 line saying so; the others still run and the command exits 0. ``--quick`` (or the environment
 variable MINITORCH_REPORT_QUICK=1) shrinks every measurement to a few seconds: its numbers are
 for checking that the report runs, not for answering the questions. The full run takes about
-1-2 minutes on a 2-core laptop. Times are wall-clock seconds on this machine's CPU; the numbers
-differ from run to run (close other programs first).
+1-2 minutes on a 2-core laptop. Times are wall-clock seconds on this machine's CPU, the median
+of repeats drawn with their spread; they differ from run to run. Every JSON records the CPUs
+and the load average, and the figures of timings say in their title what share of a core a
+single-threaded run got: well below 1.0, other programs took the cores (close them, rerun).
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ from minitorch import report_probes as probes
 
 QUICK_VARIABLE = "MINITORCH_REPORT_QUICK"
 DEFAULT_OUT = Path("report")
+FIGURE_DPI = 110
 
 
 class Missing(Exception):
@@ -447,7 +451,7 @@ def write_figure(measurement: Measurement, data: dict, out: Path) -> None:
 
     try:
         figure = measurement.plot(data, plt)
-        figure.savefig(out / f"{measurement.name}.png", dpi=110)
+        figure.savefig(out / f"{measurement.name}.png", dpi=FIGURE_DPI)
     finally:
         plt.close("all")
 

@@ -18,7 +18,6 @@ from matplotlib.axes import Axes
 from matplotlib.collections import Collection
 from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.figure import Figure
-from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
