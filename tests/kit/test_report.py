@@ -102,6 +102,12 @@ def test_the_measurements_agree_with_the_answer_key(solved):
     recomputation = json.loads((kit / "report" / "recomputation.json").read_text())
     assert all(row["forwards_per_layer"] == 2 for row in recomputation["results"])
     assert all(row["peak_in_activations"] <= row["upper_bound_in_activations"] for row in recomputation["results"])
+    # Times are medians with their spread (the figures draw the bars).
+    for row in recomputation["results"]:
+        assert row["time_over_plain_min"] <= row["time_over_plain"] <= row["time_over_plain_max"]
+    pipe = json.loads((kit / "report" / "pipe_speedup.json").read_text())
+    assert all(row["speedup_min"] <= row["speedup"] <= row["speedup_max"] for row in pipe["results"])
+    assert 0 < pipe["single_thread_cpu_share"] and pipe["machine"]["cpus"] >= 1
     tp_bytes = json.loads((kit / "report" / "tp_bytes.json").read_text())
     plain = next(v for v in tp_bytes["variants"] if not v["sequence_parallel"])
     assert plain["recorded_bytes"] == plain["formula_bytes"]
