@@ -56,12 +56,15 @@ def run_block(tp, rank: int, t: int, seed: int, part: str, sp: bool) -> dict:
 
 def run_options(tp, rank: int, t: int, seed: int, part: str) -> dict:
     """3.3's other constructions, forward only under ``torch.no_grad()``: drawn from a seed in
-    float64 (the default dtype is float32); the layer with ``causal=False`` and a non-default ``eps``; attention refusing
+    float64 (the default dtype is float32), built from float32 master tensors; the layer with ``causal=False`` and a non-default ``eps``; attention refusing
     heads that do not divide."""
     master, x = cases.layer_master(seed), cases.activations(seed, t)["x"]
     result = {}
     with recorder.Phase("drawn"), torch.no_grad():
         result["drawn"] = ranks.outcome(lambda: build(tp, part, None, seed=DRAWN_SEED, dtype=cases.DTYPE)(x.clone()))
+    with recorder.Phase("float32"), torch.no_grad():
+        master32 = {k: v.float() for k, v in master.items()}
+        result["float32"] = ranks.outcome(lambda: build(tp, part, master32)(x.float()))
     if part == "layer":
         with recorder.Phase("options"), torch.no_grad():
             result["options"] = ranks.outcome(lambda: build(tp, part, master, causal=False, eps=OPTION_EPS)(x.clone()))

@@ -158,8 +158,10 @@ def model_master(seed: int) -> dict[str, torch.Tensor]:
     return master
 
 
-# (s, b) of each training step, and of the held-out batch evaluated after training
-STEP_SHAPES, HELD_OUT = ((S, B), (S // 2, 1)), (S, 1)
+# (s, b) of each training step, and of the held-out batch evaluated after training; the steps
+# are given in two calls of train_language_model (CALLS: the steps of each)
+STEP_SHAPES, HELD_OUT = ((S, B), (S // 2, 1), (S // 2, B)), (S, 1)
+CALLS = ((0, 1), (2,))
 
 
 def model_batches(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

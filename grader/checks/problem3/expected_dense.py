@@ -133,6 +133,12 @@ def drawn_part(part: str, seed: int, x: torch.Tensor) -> torch.Tensor:
         return DenseLayer(master).part(part)(x)
 
 
+def float32_part(seed: int, part: str, x: torch.Tensor) -> torch.Tensor:
+    """``part`` built from the layer's master tensors in float32, applied to ``x``."""
+    with torch.no_grad():
+        return DenseLayer({k: v.float() for k, v in cases.layer_master(seed).items()}).part(part)(x)
+
+
 def layer_with(seed: int, x: torch.Tensor, **options) -> torch.Tensor:
     with torch.no_grad():
         return DenseLayer(cases.layer_master(seed), **options)(x)

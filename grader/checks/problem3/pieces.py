@@ -287,10 +287,11 @@ class _CrossEntropy(torch.autograd.Function):
         return (softmax - onehot) * grad.unsqueeze(-1), None
 
 
-def substitute(student, *, ops=False, linear=False, norm=False, blocks=False, vocab=False) -> None:
+def substitute(student, *, ops=False, linear=False, norm=False, parts=False, blocks=False, vocab=False) -> None:
     """Bind the grader's pieces in ``student`` (the imported ``tensor_parallel`` module): the
-    3.1 ops, the 3.2 linear layers, the LayerNorm (its 3.5 part), the 3.3 modules (built on
-    whatever linear layers and LayerNorm ``student`` then holds) and the 3.4 embedding and loss."""
+    3.1 ops, the 3.2 linear layers, the LayerNorm (its 3.5 part), the 3.3 MLP and attention
+    (``parts``) or all three 3.3 modules (``blocks``; built on whatever linear layers and
+    LayerNorm ``student`` then holds) and the 3.4 embedding and loss."""
     names = {}
     if ops:
         names.update(OPS)
@@ -303,9 +304,10 @@ def substitute(student, *, ops=False, linear=False, norm=False, blocks=False, vo
                      _VocabParallelCrossEntropy=_CrossEntropy)
     for name, value in names.items():
         setattr(student, name, value)
-    if blocks:
+    if blocks or parts:
         for name, value in layer_classes(student).items():
-            setattr(student, name, value)
+            if blocks or name != "ParallelTransformerLayer":
+                setattr(student, name, value)
 
 
 def uses_grader_pieces(params: dict) -> bool:

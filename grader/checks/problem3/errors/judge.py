@@ -24,8 +24,9 @@ def judge_errors(seed: int, params: dict, observation) -> None:
                 if entry["raised"] == "NotImplementedError":
                     raise Fail(f"not implemented yet (Problem 3.0): {entry['case']} still raises NotImplementedError")
                 if entry["raised"] != "ValueError":
-                    reason = "4 heads do not divide 10 features" if ", 10, 4" in entry["case"] or "(10," in entry["case"] \
-                        else f"a size {t} does not divide"
+                    reason = ("4 heads do not divide 10 features" if ", 10, 4" in entry["case"] or "(10," in entry["case"]
+                              else "the master tensors do not have nn.Linear's shapes" if "from a master" in entry["case"]
+                              else f"a size {t} does not divide")
                     raise Fail(f"t={t}, rank {r}: {entry['case']} ({reason}) must raise ValueError; got {entry['raised']}")
                 sent = phase_log(o["log"], f"call {number}")
                 if sent:

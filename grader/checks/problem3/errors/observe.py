@@ -25,11 +25,15 @@ def calls(tp, t: int) -> dict:
             f"RowParallelLinear({odd}, {OUT})": lambda: tp.RowParallelLinear(odd, OUT),
             f"ParallelSelfAttention({2 * (t + 1)}, num_heads={t + 1})": lambda: tp.ParallelSelfAttention(2 * (t + 1), t + 1),
             f"ParallelMLP({H}, {odd})": lambda: tp.ParallelMLP(H, odd),
+            f"ParallelTransformerLayer({H}, {HEADS}, {odd})": lambda: tp.ParallelTransformerLayer(H, HEADS, odd),
             f"VocabParallelEmbedding({odd}, {H})": lambda: tp.VocabParallelEmbedding(odd, H),
             f"ParallelLanguageModel({odd}, {H}, {HEADS}, 1, {FFN})": lambda: tp.ParallelLanguageModel(odd, H, HEADS, 1, FFN),
         })
     found.update({
+        f"ColumnParallelLinear({IN}, {OUT}) from a master weight of shape [{OUT + t}, {IN}]":
+            lambda: tp.ColumnParallelLinear(IN, OUT, master={"weight": torch.zeros(OUT + t, IN), "bias": torch.zeros(OUT + t)}),
         "ParallelSelfAttention(10, num_heads=4)": lambda: tp.ParallelSelfAttention(10, 4),
+        "ParallelTransformerLayer(10, 4)": lambda: tp.ParallelTransformerLayer(10, 4),
         f"ParallelLanguageModel(48, 10, 4, 1, {FFN})": lambda: tp.ParallelLanguageModel(48, 10, 4, 1, FFN),
     })
     return found

@@ -61,8 +61,9 @@ def judge_column_row(seed: int, params: dict, observation) -> None:
 
 def judge_later_calls(what: str, result, weight, bias, m: dict, name: str, r: int, t: int) -> None:
     blocked = name in ("column", "column_no_bias")
-    for label, x, kind, value in zip((f"a 2-D input of {ROWS2} rows", f"a batch of one sequence [{S}, 1, {IN}]"),
-                                     (m["x2"], m["x"][:, :1]), result["later_kinds"], result["later"]):
+    for label, x, kind, value in zip((f"a 2-D input of {ROWS2} rows", f"a batch of one sequence [{S}, 1, {IN}]",
+                                      f"a 1-D input [{IN}]"), (m["x2"], m["x"][:, :1], m["x"][0, 0]),
+                                     result["later_kinds"], result["later"]):
         y = F.linear(x, weight, bias)
         expect(f"{what}, called again under torch.no_grad() with {label}: output", value,
                cases.column_block(y, r, t) if blocked else y)

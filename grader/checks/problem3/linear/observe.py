@@ -1,7 +1,7 @@
 """3.2-column-row, child side: ranks build the student's column- and row-parallel layers from
 the grader's master tensors (each option, bias=False, float32) and run them forward and
-backward twice (gradients accumulate), then again on a 2-D input and on a batch of one
-sequence under ``torch.no_grad()``; with the student's own 3.1 ops first, the grader's in the
+backward twice (gradients accumulate), then again on a 2-D input, a batch of one sequence
+and a 1-D input under ``torch.no_grad()``; with the student's own 3.1 ops first, the grader's in the
 fallback's second run."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def variants(tp, m: dict, rank: int, t: int) -> dict:
     """``{name: (build, x, grad, second inputs)}``: each layer option, on its input and the
     gradient of its output."""
     column_master, row_master = {"weight": m["weight"], "bias": m["bias"]}, {"weight": m["row.weight"], "bias": m["row.bias"]}
-    whole = (m["x2"], m["x"][:, :1])
+    whole = (m["x2"], m["x"][:, :1], m["x"][0, 0])
     blocks = tuple(cases.column_block(v, rank, t) for v in whole)
     return {
         "column": (lambda: tp.ColumnParallelLinear(IN, OUT, master=column_master),

@@ -22,15 +22,18 @@ def judge_module(seed: int, params: dict, observation, part: str) -> None:
     y, dx, _, y2 = expected_dense.dense_run(seed, part)
     x = cases.activations(seed, 1)["x"]
     drawn = expected_dense.drawn_part(part, blocks.DRAWN_SEED, x)
+    float32 = expected_dense.float32_part(seed, part, x.float())
     for t, values in world_sizes(observation, params, WHAT[part].split()[0], cases.ALL_SIZES).items():
         for r, o in enumerate(values):
             where = f"t={t}, rank {r}: {WHAT[part]}"
-            if part == "mlp" and t > 1:
+            if part == "mlp":
                 judge_gelu_place(where, o, seed)
             judge_run(where, o, y, dx, y2, lambda v: v)
             built = f"t={t}, rank {r}: {WHAT[part].split()[0]}(..., seed={blocks.DRAWN_SEED}, dtype=torch.float64)"
             expect_outcome(f"{built} without master (its master tensors drawn from the seed as its docstring says), "
                            "output", o["drawn"], drawn)
+            expect_outcome(f"t={t}, rank {r}: {WHAT[part].split()[0]} built from float32 master tensors, on a float32 "
+                           "input: output", o["float32"], float32)
             if t > 1:
                 judge_matrices(where, o, part, t)
                 expect_budget(where, t, o["log"], "forward", ALL_REDUCES[part] * VOLUME["all_reduce"](t) * N,

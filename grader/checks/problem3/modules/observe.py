@@ -1,7 +1,7 @@
 """3.3-mlp, 3.3-attention, 3.3-layer, child side: ranks run the student's parallel MLP,
 attention or transformer layer (see :mod:`grader.checks.problem3.blocks`) on the grader's
-master tensors and inputs, with the student's own 3.1 ops and 3.2 linear layers first, the
-grader's in the fallback's second run."""
+master tensors and inputs, with the student's own 3.1 ops and 3.2 linear layers (and, for the
+layer, MLP and attention) first, the grader's in the fallback's second run."""
 from __future__ import annotations
 
 from grader.checks.problem3 import blocks, cases, pieces, ranks, recorder
@@ -11,7 +11,8 @@ def rank_module(rank: int, t: int, seed: int, params: dict) -> dict:
     import minitorch.tensor_parallel as tp
 
     recorder.start_rank()
-    with pieces.bound(tp, params, ops=True, linear=True):
+    # the layer composes the MLP and the attention: the fallback's second run binds the grader's
+    with pieces.bound(tp, params, ops=True, linear=True, parts=params["part"] == "layer"):
         result = blocks.run_block(tp, rank, t, seed, params["part"], sp=False)
         result.update(blocks.run_options(tp, rank, t, seed, params["part"]))
     return result

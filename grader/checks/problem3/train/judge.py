@@ -8,7 +8,7 @@ import torch
 
 from grader.checks.judging import Fail
 from grader.checks.problem3 import cases, expected_dense
-from grader.checks.problem3.cases import LAYERS, MODEL_LR, STEP_SHAPES, VOCAB, H
+from grader.checks.problem3.cases import CALLS, LAYERS, MODEL_LR, STEP_SHAPES, VOCAB, H
 from grader.checks.problem3.judge_blocks import MATRICES
 from grader.checks.problem3.judge_tools import TOL, describe, expect, expect_kind, expect_outcome, one_thread, phase_log, world_sizes
 from grader.checks.problem3.train.observe import DRAWN_SEED, MODEL_EPS, sequence_parallel_cases
@@ -63,16 +63,19 @@ def judge_run(where: str, run, losses: list[float], held_out: torch.Tensor, matr
         raise Fail(f"{where}: the model holds {run['matrix_numel']} elements of weight matrices on this rank; each "
                    f"rank may hold at most 1/{t} of the dense model's {matrices} ({matrices / t:g}), the embedding and "
                    "output tables included")
-    for step, (returned, expected) in enumerate(zip(run["losses"], losses)):
-        call = f"{where}: train_language_model's call {step + 1} (one batch of shape {list(STEP_SHAPES[step])})"
+    for number, (returned, steps) in enumerate(zip(run["losses"], CALLS)):
+        call = (f"{where}: train_language_model's call {number + 1} (batches of shapes "
+                f"{[list(STEP_SHAPES[step]) for step in steps]}, given as an iterator)")
         items = returned["items"]
-        if returned["type"] != "list" or len(items) != 1 or items[0]["type"] != "float":
-            raise Fail(f"{call} must return a list of one float (one loss per batch); got a {returned['type']} of "
-                       f"{[item['type'] for item in items]}")
-        value = items[0]["value"]
-        if not abs(value - expected) <= TOL * (1 + abs(expected)):
-            raise Fail(f"{call}: the loss is {value:.12g}; the dense model trained the same way gives {expected:.12g}"
-                       + (" (a second call must continue from the model as the first left it)" if step else ""))
+        if returned["type"] != "list" or len(items) != len(steps) or any(item["type"] != "float" for item in items):
+            raise Fail(f"{call} must return a list of {len(steps)} Python floats (one loss per batch); got a "
+                       f"{returned['type']} of {[item['type'] for item in items]}")
+        for step, item in zip(steps, items):
+            value, expected = item["value"], losses[step]
+            if not abs(value - expected) <= TOL * (1 + abs(expected)):
+                raise Fail(f"{call}: the loss of step {step} is {value:.12g}; the dense model trained the same way "
+                           f"gives {expected:.12g}" + (" (a second call trains on from where the first left the model)"
+                                                       if number else ""))
     expect(f"{where}: the mean loss on a held-out batch after training (the parameters after the last step)",
            run["held_out"], held_out)
     if run["grads_left"]:

@@ -1,7 +1,7 @@
 """3.6-train, child side: ranks build the student's ParallelLanguageModel from the grader's
-master tensors (a non-default ``eps``) and train it with ``train_language_model`` twice, one
-step per call, each call's batches an iterator that is not a list (each step's collectives
-tagged with its step); then the held-out loss under ``torch.no_grad()``, what ``.grad`` was
+master tensors (a non-default ``eps``) and train it with ``train_language_model`` in two
+calls (two steps, then one), each call's batches an iterator that is not a list (each step's
+collectives tagged with its step); then the held-out loss under ``torch.no_grad()``, what ``.grad`` was
 left behind, and a model drawn from a seed without master tensors. With the student's own
 pieces first; in the fallback's second run, the grader's 3.1-3.5 pieces under the student's
 model and training loop."""
@@ -35,8 +35,8 @@ def train(tp, sp: bool, seed: int) -> dict:
     batches = cases.model_batches(seed)
     model = tp.ParallelLanguageModel(VOCAB, H, HEADS, LAYERS, FFN, sequence_parallel=sp, eps=MODEL_EPS,
                                      master=cases.model_master(seed))
-    losses = [tp.train_language_model(model, steps(batches[number:number + 1], number), MODEL_LR)
-              for number in range(len(cases.STEP_SHAPES))]  # two calls: nothing may be kept between them
+    losses = [tp.train_language_model(model, steps([batches[n] for n in call], call[0]), MODEL_LR)
+              for call in cases.CALLS]  # two calls: the second trains on from where the first left off
     left = sorted(name for name, p in model.named_parameters() if p.grad is not None)
     with recorder.Phase("held-out"), torch.no_grad():
         held_out = model(*batches[-1])
