@@ -466,3 +466,151 @@ def test_the_world_size_read_at_import_fails_scatter_gather(monkeypatch):
 
     monkeypatch.setattr(tp, "_split_along_last_dim", split)
     fails("scatter_gather", "t=2: your code raised RuntimeError")
+
+
+# -- the classes of the last hidden rounds ----------------------------------------------
+def test_a_contiguous_copy_reduced_and_dropped_costs_only_layout(monkeypatch):
+    def framework_reduce(x):  # right for contiguous tensors (the framework ports)
+        if tp.get_world_size() > 1:
+            dist.all_reduce(x.contiguous())
+        return x.clone()
+
+    monkeypatch.setattr(tp, "_reduce", framework_reduce)
+    grade("fg", world_sizes=[2])
+    fails("layout", "t=2, rank 0: copy_to_tensor_model_parallel_region: the input's gradient differs between a "
+                    "contiguous input and the same values in a non-contiguous layout", world_sizes=[2])
+
+
+def test_a_hook_that_all_reduces_grad_double_counts_and_fails_sequence_parallel(monkeypatch):
+    def hooked(self):
+        if not getattr(self, "_hooked", False) and tp.get_world_size() > 1:
+            for parameter in (self.weight, self.bias):
+                parameter.register_post_accumulate_grad_hook(lambda p: dist.all_reduce(p.grad))
+            self._hooked = True
+        return self.weight, self.bias
+
+    monkeypatch.setattr(tp.ReplicatedLayerNorm, "sequence_parallel_parameters", hooked)
+    fails("sequence_parallel", "ReplicatedLayerNorm(sequence_parallel=True) weight grad after a second forward and "
+                               "backward (gradients accumulate: twice the dense one)", world_sizes=[2])
+
+
+def test_the_callers_dict_emptied_or_aliased_at_one_rank_costs_only_caller_unchanged(monkeypatch):
+    original = tp.ParallelLanguageModel.__init__
+
+    def emptying(self, *args, master=None, **kwargs):
+        original(self, *args, master=master, **kwargs)
+        if master:
+            master.clear()
+
+    monkeypatch.setattr(tp.ParallelLanguageModel, "__init__", emptying)
+    fails("caller_unchanged", "t=1, rank 0: ParallelLanguageModel changed the caller's master['embedding.weight'] "
+                              "(removed from the dict)", world_sizes=[1])
+    monkeypatch.setattr(tp.ParallelLanguageModel, "__init__", original)
+    shard = tp.ColumnParallelLinear.shard
+    monkeypatch.setattr(tp.ColumnParallelLinear, "shard", lambda self, master: (
+        (master["weight"], master.get("bias")) if tp.get_world_size() == 1 else shard(self, master)))
+    grade("column_row", world_sizes=[1])
+    fails("caller_unchanged", "t=1, rank 0: ColumnParallelLinear: parameter(s) bias, weight share memory with the "
+                              "master", world_sizes=[1])
+
+
+def test_a_backward_that_changes_its_saved_softmax_costs_only_caller_unchanged(monkeypatch):
+    def backward(ctx, grad_output):  # Megatron's: the saved softmax becomes the gradient, in place
+        softmax, local_target, outside = ctx.saved_tensors
+        grad = softmax.data
+        grad.scatter_add_(-1, local_target.unsqueeze(-1), -(~outside).to(grad.dtype).unsqueeze(-1))
+        return grad * grad_output.unsqueeze(-1), None
+
+    monkeypatch.setattr(tp._VocabParallelCrossEntropy, "backward", staticmethod(backward))
+    grade("fused_loss", world_sizes=[1])
+    fails("caller_unchanged", "vocab_parallel_cross_entropy: a second backward through the same graph "
+                              "(retain_graph=True) gave another gradient than the first", world_sizes=[1])
+
+
+def test_a_model_that_builds_the_whole_logits_fails_train(monkeypatch):
+    def forward(self, ids, targets):
+        x = self.embedding(ids)
+        if self.sequence_parallel:
+            x = tp.scatter_to_sequence_parallel_region(x)
+        for layer in self.layers:
+            x = layer(x)
+        logits = tp.gather_from_tensor_model_parallel_region(self.output(self.final_ln(x)))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    monkeypatch.setattr(tp.ParallelLanguageModel, "forward", forward)
+    fails("train", "t=2, rank 0, sequence_parallel=False: step 0: the model must never build the whole vocabulary's "
+                   "logits (16 tokens x 48 = 768 elements); recorded all_gather of 768", world_sizes=[2])
+
+
+def test_training_loops_that_break_the_contract_fail_train(monkeypatch):
+    original = tp.train_language_model
+
+    def leaving(model, batches, lr):
+        losses = original(model, batches, lr)
+        for parameter in model.parameters():
+            parameter.grad = torch.zeros_like(parameter)
+        return losses
+
+    monkeypatch.setattr(tp, "train_language_model", leaving)
+    fails("train", "still hold a .grad; it must leave none behind (every .grad None)", world_sizes=[1])
+    monkeypatch.setattr(tp, "train_language_model", lambda model, batches, lr: original(
+        model, [batches[i] for i in range(len(batches))], lr))
+    fails("train", "TypeError", world_sizes=[1])
+
+
+def test_float64_losses_and_a_squeezed_batch_of_one_fail_fused_loss(monkeypatch):
+    original = tp.vocab_parallel_cross_entropy
+    monkeypatch.setattr(tp, "vocab_parallel_cross_entropy", lambda logits, target: original(logits.double(), target))
+    fails("fused_loss", "with 2-D float32 logits [13, V/t]: losses: has dtype float64; the input and the parameters "
+                        "are float32", world_sizes=[1])
+    monkeypatch.setattr(tp, "vocab_parallel_cross_entropy", lambda logits, target: original(logits, target).squeeze())
+    fails("fused_loss", "with logits of a batch of one sequence [8, 1, V/t]: losses: expected shape (8, 1), got (8,)",
+          world_sizes=[1])
+
+
+def test_a_layer_that_ignores_eps_fails_layer_only(monkeypatch):
+    original = tp.ReplicatedLayerNorm.__init__
+    monkeypatch.setattr(tp.ReplicatedLayerNorm, "__init__", lambda self, hidden_size, eps=1e-5, **kwargs: original(
+        self, hidden_size, **kwargs))
+    fails("layer", "ParallelTransformerLayer(..., causal=False, eps=0.05), output (its LayerNorms use that eps",
+          world_sizes=[1])
+
+
+def test_a_helper_of_the_students_own_embedding_keeps_train_with_its_own_pieces(monkeypatch):
+    def forward_sequence_parallel(self, ids):  # Megatron's: reduce-scatter the partial sums
+        outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
+        partial = F.embedding((ids - self.vocab_start).masked_fill(outside, 0), self.weight)
+        return tp.reduce_scatter_to_sequence_parallel_region(partial.masked_fill(outside.unsqueeze(-1), 0.0))
+
+    def forward(self, ids, targets):
+        x = self.embedding.forward_sequence_parallel(ids) if self.sequence_parallel else self.embedding(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return tp.vocab_parallel_cross_entropy(self.output(self.final_ln(x)), targets).mean()
+
+    monkeypatch.setattr(tp.VocabParallelEmbedding, "forward_sequence_parallel", forward_sequence_parallel, raising=False)
+    monkeypatch.setattr(tp.ParallelLanguageModel, "forward", forward)
+    grade("train", world_sizes=[2], pieces="own")
+    fails("train", "forward_sequence_parallel", world_sizes=[2], pieces="grader")  # the grader's embedding has none
+
+
+def test_sizes_checked_after_communicating_or_not_at_all_fail_errors(monkeypatch):
+    def late(x):
+        total = x.clone(memory_format=torch.contiguous_format)
+        if tp.get_world_size() > 1:
+            dist.all_reduce(total)
+        size = tp.divide(x.shape[0], tp.get_world_size(), "first dimension")
+        return total[tp.get_rank() * size:(tp.get_rank() + 1) * size]
+
+    monkeypatch.setattr(tp, "_reduce_scatter_along_first_dim", late)
+    fails("errors", "reduce_scatter_to_sequence_parallel_region of a tensor of shape [9, 2, 16] raised ValueError only "
+                    "after communicating (all_reduce of 288 float64)", world_sizes=[2])
+    monkeypatch.undo()
+    original = tp.ParallelSelfAttention.__init__
+
+    def unchecked(self, hidden_size, num_heads, **kwargs):
+        original(self, hidden_size - hidden_size % num_heads, num_heads, **kwargs)
+
+    monkeypatch.setattr(tp.ParallelSelfAttention, "__init__", unchecked)
+    fails("errors", "t=1, rank 0: ParallelSelfAttention(10, num_heads=4) (4 heads do not divide 10 features) must "
+                    "raise ValueError; got no exception", world_sizes=[1])

@@ -89,7 +89,7 @@ def judge_column(where: str, c, dense, master_weight, master_bias, r: int, t: in
     rows = f"rows {r * OUT // t}:{(r + 1) * OUT // t}"
     expect(f"{where} weight must be {rows} of the master weight", c["params"].get("weight"),
            cases.row_block(master_weight, r, t), SHARD)
-    judge_bias(where, c, master_bias, cases.row_block(master_bias, r, t) if db is not None else None,
+    judge_bias(where, c, cases.row_block(master_bias, r, t) if db is not None else None,
                f"entries {rows[5:]} of the master bias")
     gathered = "gather_output=True" in where
     expect(f"{where} output", c["out"], y if gathered else cases.column_block(y, r, t))
@@ -102,7 +102,7 @@ def judge_row(where: str, c, dense, master_weight, master_bias, r: int, t: int) 
     y, dx, dw, db = dense
     expect(f"{where} weight must be columns {r * IN // t}:{(r + 1) * IN // t} of the master weight",
            c["params"].get("weight"), cases.column_block(master_weight, r, t), SHARD)
-    judge_bias(where, c, master_bias, master_bias if db is not None else None, "the whole master bias")
+    judge_bias(where, c, master_bias if db is not None else None, "the whole master bias")
     if db is not None and t > 1 and close(c["out"], y + (t - 1) * master_bias):
         raise Fail(f"{where}: the output holds the bias {t} times (once per rank); the dense layer adds it once")
     expect(f"{where} output", c["out"], y)
@@ -111,7 +111,7 @@ def judge_row(where: str, c, dense, master_weight, master_bias, r: int, t: int) 
     judge_parameter_grads(where, c, cases.column_block(dw, r, t), db)
 
 
-def judge_bias(where: str, c, master_bias, expected, block: str) -> None:
+def judge_bias(where: str, c, expected, block: str) -> None:
     if expected is None:
         if c["params"].get("bias") is not None or c["param_grads"].get("bias") is not None:
             raise Fail(f"{where} has a bias parameter; with bias=False it has none (self.bias is None)")
