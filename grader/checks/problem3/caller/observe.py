@@ -49,7 +49,10 @@ def check_module(build, master: dict, arguments: list, grad) -> dict:
     """Build from ``master``, run forward, backward twice through the graph, one SGD step:
     what changed of the caller's, and which parameters share memory with a master tensor."""
     before_master, before = {k: v.clone() for k, v in master.items()}, [t.clone() for t in arguments]
-    flags, master_storages = [t.requires_grad for t in arguments], storages(master.values())
+    # the caller's tensors themselves, held: one the code drops from the dict must not be freed and
+    # its memory handed to a new parameter (that would read as sharing memory with the master)
+    originals = list(master.values())
+    flags, master_storages = [t.requires_grad for t in arguments], storages(originals)
     module = build()
     parameters = dict(module.named_parameters()) if isinstance(module, torch.nn.Module) else {}
     aliased = sorted(name for name, p in parameters.items() if storages([p]) & master_storages)
@@ -58,8 +61,9 @@ def check_module(build, master: dict, arguments: list, grad) -> dict:
     second = twice(y, grad, leaves) if y.requires_grad else ""
     ranks.backward(y, grad)
     ranks.sgd_step(module, cases.LR) if parameters else None
-    return {"changed": changes(master, before_master, arguments, before, flags), "aliased": aliased,
-            "second_backward": second}
+    changed = changes(master, before_master, arguments, before, flags)
+    del originals
+    return {"changed": changed, "aliased": aliased, "second_backward": second}
 
 
 def check_op(op, x: torch.Tensor, grad: torch.Tensor, name: str, layout) -> dict:
