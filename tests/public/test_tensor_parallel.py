@@ -49,6 +49,8 @@ def close(actual, expected, what):
     assert isinstance(actual, torch.Tensor), f"{what}: got {type(actual).__name__}, expected a tensor"
     assert tuple(actual.shape) == tuple(expected.shape), (
         f"{what}: got shape {list(actual.shape)}, expected {list(expected.shape)}")
+    assert actual.dtype == expected.dtype, (
+        f"{what}: got dtype {str(actual.dtype)[6:]}, expected {str(expected.dtype)[6:]} (outputs have the input's dtype)")
     torch.testing.assert_close(actual.to(expected.dtype), expected, rtol=0,
                                atol=tolerance * (1 + float(expected.abs().max())),
                                msg=lambda message: f"{what}\n{message}")
@@ -356,6 +358,12 @@ def _untouched(rank, t, x):
     if set(m) != set(before) or any(not torch.equal(m[k], before[k]) for k in m):
         changed.append("ColumnParallelLinear changed the master dict or its tensors (or its parameters share memory "
                        "with them)")
+    master = model_master(rank)
+    before = {k: v.clone() for k, v in master.items()}
+    tp.ParallelLanguageModel(VOCAB, H, HEADS, LAYERS, FFN, master=master)
+    if set(master) != set(before) or any(not torch.equal(master[k], before[k]) for k in master):
+        changed.append(f"ParallelLanguageModel changed the master dict (keys now {len(master)}, were {len(before)}) or "
+                       "its tensors")
     logits = block(x, rank, t, -1).clone().requires_grad_()
     logits_before, target = logits.detach().clone(), torch.zeros(S, B, dtype=torch.long)
     loss = tp.vocab_parallel_cross_entropy(logits, target)
