@@ -78,8 +78,8 @@ RUN_TOKEN = "@RUN_TOKEN@"
 # clock_cycles and no 2.1 or 2.4 check runs a Pipe, so a mistake in one part cannot cost another
 # (2.1 and 2.4 entries say `only`; 2.3 needs GPUs). Grading fewer criteria keeps the catalogue fast.
 DEFAULT_ONLY = ["2.2"]
-# Problem 3's criteria run the grader's own pieces in place of the other sub-problems' (see
-# grader/checks/tp_pieces.py). For each sub-problem, at least one entry with a mistake in it grades
+# Problem 3's criteria run the grader's own pieces in place of the other sub-problems' where the
+# student's own fail (the fallback; grader/checks/problem3/pieces.py). For each sub-problem, at least one entry with a mistake in it grades
 # all of Problem 3: the proof that its mistake costs no other sub-problem's criteria. The other
 # entries of that sub-problem may grade less (test_each_tensor_parallel_piece_is_graded_against_all_of_problem_3).
 TP_PIECES = ("3.1", "3.2", "3.3", "3.4", "3.5")
