@@ -15,9 +15,9 @@ BY_NAME = {operator.name: operator for operator in OPERATORS}
 SIGNATURE = "def f(n: int, x: torch.Tensor, items: list) -> torch.Tensor:"
 
 
-def snippet(body: str, signature: str = SIGNATURE) -> str:
+def snippet(body: str, signature: str = SIGNATURE, header: str = "import torch") -> str:
     """A student file holding one region (problem 9.1) with ``body``, after a line above it."""
-    return (f"import torch\n\nVALUE = 1\n\n\n{signature}\n    \"\"\"The contract.\"\"\"\n    # BEGIN SOLUTION 9.1\n"
+    return (f"{header}\n\nVALUE = 1\n\n\n{signature}\n    \"\"\"The contract.\"\"\"\n    # BEGIN SOLUTION 9.1\n"
             + textwrap.indent(textwrap.dedent(body).strip("\n"), "    ") + "\n    # END SOLUTION\n")
 
 
@@ -98,11 +98,13 @@ def test_a_generator_is_made_a_list_and_eager_and_memoised_as_a_replay():
     assert made == {code(inner + "return list(_mutant_generator(n))"), code(inner + "return iter(list(_mutant_generator(n)))")}
     (memoised,) = mutated_regions(body, "memoise", signature)
     assert "yield from _mutant_cache[_mutant_key]" in memoised and "_mutant_items.append(_mutant_item)" in memoised
-    namespace: dict = {}
-    exec(snippet(body, signature).replace(body.split("\n")[0], body.split("\n")[0]), namespace)  # the original runs
-    mutated = generate({"snippet.py": snippet(body, signature)}, [BY_NAME["memoise"]]).mutants[0].source()
-    exec(mutated, namespace)
-    first, second = list(namespace["f"](2)), list(namespace["f"](2))
+    source = snippet(body, signature, header="")  # run below: no torch needed
+    original: dict = {}
+    exec(source, original)
+    assert original["f"](2) is not original["f"](2) and list(original["f"](2))[0] is not list(original["f"](2))[0]
+    memoising: dict = {}
+    exec(generate({"snippet.py": source}, [BY_NAME["memoise"]]).mutants[0].source(), memoising)
+    first, second = list(memoising["f"](2)), list(memoising["f"](2))
     assert first == second == [[0], [1]] and first[0] is second[0]  # the same objects handed out again
 
 
@@ -114,16 +116,25 @@ def test_every_mutant_has_a_stable_id_a_description_a_problem_and_a_family():
     assert (mutant.problem, mutant.family, mutant.operator, mutant.file) == ("9.1", STANDARD, "comparison", "snippet.py")
 
 
-def test_ids_survive_a_line_added_above_a_region():
-    sources = {name: (PROVIDED_FOLDER / name).read_text() for name in STUDENT_FILES}
+@pytest.fixture(scope="module")
+def key_sources() -> dict[str, str]:
+    return {name: (PROVIDED_FOLDER / name).read_text() for name in STUDENT_FILES}
+
+
+@pytest.fixture(scope="module")
+def key_mutants(key_sources):
+    return generate(key_sources)
+
+
+def test_ids_survive_a_line_added_above_a_region(key_sources, key_mutants):
     edited = {}
-    for name, source in sources.items():
+    for name, source in key_sources.items():
         lines = source.splitlines(keepends=True)
         second = [i for i, line in enumerate(lines) if "BEGIN SOLUTION" in line][1]
         def_line = max(i for i in range(second) if lines[i].lstrip().startswith("def "))
         lines.insert(def_line, "\n# a comment above a function\n")
         edited[name] = "# a line at the top\n" + "".join(lines)
-    before = {m.id: m.description for m in generate(sources).mutants}
+    before = {m.id: m.description for m in key_mutants.mutants}
     assert {m.id: m.description for m in generate(edited).mutants} == before
 
 
@@ -160,8 +171,8 @@ def test_a_mutant_changes_its_region_only_and_compiles():
         assert mutated.startswith(head) and mutated.endswith("    # END SOLUTION\n" + tail)
 
 
-def test_the_answer_key_has_mutants_of_both_families_in_every_problem_with_a_region():
-    generated = generate()
+def test_the_answer_key_has_mutants_of_both_families_in_every_problem_with_a_region(key_mutants):
+    generated = key_mutants
     problems = {m.problem for m in generated.mutants}
     assert {"2.1", "2.2", "2.4", "3.1", "3.6", "4.1", "4.3", "5.1", "5.2"} <= problems
     for problem in problems:
