@@ -4,6 +4,7 @@
     list     the mutants, with their ids and descriptions, without grading them
     show ID  one mutant as a diff of the answer key
     ledger   check the ledger (format, stale ids) without grading
+    report   the score table of a results JSON with the ledger as it is now (no grading)
 
 ``run`` exits 1 when a survivor is not in the ledger or a ledgered "equivalent" mutant was
 killed, 2 when the measure could not run (the answer key fails a criterion, a bad filter).
@@ -54,6 +55,9 @@ def _arguments() -> argparse.ArgumentParser:
     show.add_argument("id")
     ledger = commands.add_parser("ledger", help="check the ledger without grading")
     ledger.add_argument("--ledger", type=Path, default=LEDGER)
+    rescore = commands.add_parser("report", help="rescore a results JSON with the ledger as it is now, and rewrite it")
+    rescore.add_argument("results", type=Path, nargs="?", default=RESULTS)
+    rescore.add_argument("--ledger", type=Path, default=LEDGER)
     return parser
 
 
@@ -161,11 +165,28 @@ def command_ledger(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def command_report(args: argparse.Namespace) -> int:
+    """After ledger edits: the table and the ledger's disagreements, from a run's outcomes."""
+    document = json.loads(args.results.read_text())
+    ledger, generated = load_ledger(args.ledger), generate()
+    ran = [Mutant(m["id"], m["problem"], m["family"], m["operator"], "", m["description"], str) for m in document["mutants"]]
+    results = {m["id"]: {k: v for k, v in m.items() if k not in ("id", "problem", "family", "operator", "description", "category")}
+               for m in document["mutants"]}
+    outcomes = {i: r["outcome"] for i, r in results.items()}
+    categories = {i: report.category(outcomes[i], ledger.get(i)) for i in outcomes}
+    print(report.format_table(report.summarise(ran, categories)))
+    failed = _report_ledger(ran, generated, categories, ledger, outcomes, full=not any(document.get("filters", {}).values()))
+    run = {k: v for k, v in document.items() if k not in ("schema", "summary", "mutants")}
+    report.write_results(report.results_document(ran, results, categories, run), args.results)
+    return EXIT_SURVIVORS if failed else EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments().parse_args(argv)
     # Stopped from outside (kill, a CI timeout): stop the workers too (see driver.grade_mutants).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_USAGE))
-    commands = {"run": command_run, "list": command_list, "show": command_show, "ledger": command_ledger}
+    commands = {"run": command_run, "list": command_list, "show": command_show, "ledger": command_ledger,
+                "report": command_report}
     try:
         return commands[args.command](args)
     except (ValueError, LedgerError, driver.DriverError) as error:

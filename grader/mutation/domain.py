@@ -253,6 +253,11 @@ def _drop_call(node: ast.AST | None, context: RegionContext) -> Iterable[Change]
 
 
 def _add_detach(node: ast.AST | None, context: RegionContext) -> Iterable[Change]:
+    """A tensor result ``.detach()`` ed. Not in an autograd Function's forward or backward:
+    autograd attaches the Function's own graph to what forward returns, and runs backward
+    without grad mode, so a ``.detach()`` there changes nothing."""
+    if context.is_autograd:
+        return
     if isinstance(node, ast.Return) and node.value is not None and context.is_tensor(node.value) and not isinstance(node.value, ast.Tuple):
         yield Change(ast.Return(_method(node.value, "detach")), "return the result .detach()ed")
 
