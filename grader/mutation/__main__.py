@@ -82,8 +82,8 @@ def _print_progress(start: float, total: int):
     return on_result
 
 
-def _report_ledger(mutants: list[Mutant], generated: Generated, categories: dict[str, str], ledger: dict[str, Entry],
-                   outcomes: dict[str, str], full: bool) -> bool:
+def _report_ledger(mutants: list[Mutant], generated: Generated, ledger: dict[str, Entry], outcomes: dict[str, str],
+                   full: bool) -> bool:
     """Print how the ledger and the run disagree; True when the run must fail."""
     check = check_ledger(ledger, [m.id for m in generated.mutants], outcomes)
     by_id = {m.id: m for m in mutants}
@@ -103,6 +103,18 @@ def _report_ledger(mutants: list[Mutant], generated: Generated, categories: dict
     return check.failed
 
 
+def _run_facts(args: argparse.Namespace, key: str | None, wall: float, results: dict[str, dict], generated: Generated,
+               key_seconds: dict[str, float]) -> dict:
+    """What a results JSON says about the run: its settings, its time and the machine's load."""
+    return {"seed": args.seed, "jobs": args.jobs, "rotation": key,
+            "filters": {"problem": args.problem, "family": args.family, "ids": args.ids, "sample": args.sample},
+            "wall_seconds": round(wall, 1), "worker_seconds": round(sum(r["seconds"] for r in results.values()), 1),
+            "load_average": [round(x, 1) for x in os.getloadavg()], "cpus": os.cpu_count(),
+            "discarded": {"identical": generated.identical, "not_compiling": generated.not_compiling},
+            "key_seconds": {k: round(v, 3) for k, v in sorted(key_seconds.items())},
+            "bounds": {k: driver.bound_of(v) for k, v in sorted(key_seconds.items())}}
+
+
 def command_run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     generated = generate()
@@ -119,16 +131,10 @@ def command_run(args: argparse.Namespace) -> int:
     categories = {i: report.category(outcomes[i], ledger.get(i)) for i in outcomes}
     summary = report.summarise(mutants, categories)
     print("\n" + report.format_table(summary))
-    failed = _report_ledger(mutants, generated, categories, ledger, outcomes, full)
+    failed = _report_ledger(mutants, generated, ledger, outcomes, full)
     wall = time.monotonic() - started
     out = args.out or (RESULTS if full else PARTIAL_RESULTS)
-    run = {"seed": args.seed, "jobs": args.jobs, "rotation": key, "filters": {"problem": args.problem, "family": args.family,
-           "ids": args.ids, "sample": args.sample}, "wall_seconds": round(wall, 1),
-           "worker_seconds": round(sum(r["seconds"] for r in results.values()), 1),
-           "load_average": [round(x, 1) for x in os.getloadavg()], "cpus": os.cpu_count(),
-           "discarded": {"identical": generated.identical, "not_compiling": generated.not_compiling},
-           "key_seconds": {k: round(v, 3) for k, v in sorted(key_seconds.items())},
-           "bounds": {k: driver.bound_of(v) for k, v in sorted(key_seconds.items())}}
+    run = _run_facts(args, key, wall, results, generated, key_seconds)
     document = report.results_document(mutants, results, categories, run)
     previous = json.loads(out.read_text()) if out.exists() else None
     for line in report.changes(previous, document):
@@ -175,7 +181,7 @@ def command_report(args: argparse.Namespace) -> int:
     outcomes = {i: r["outcome"] for i, r in results.items()}
     categories = {i: report.category(outcomes[i], ledger.get(i)) for i in outcomes}
     print(report.format_table(report.summarise(ran, categories)))
-    failed = _report_ledger(ran, generated, categories, ledger, outcomes, full=not any(document.get("filters", {}).values()))
+    failed = _report_ledger(ran, generated, ledger, outcomes, full=not any(document.get("filters", {}).values()))
     run = {k: v for k, v in document.items() if k not in ("schema", "summary", "mutants")}
     report.write_results(report.results_document(ran, results, categories, run), args.results)
     return EXIT_SURVIVORS if failed else EXIT_OK

@@ -62,6 +62,7 @@ class Verdict:
 class _Grader:
     """A worker's harness over the answer key, and how it judges one criterion."""
 
+    # The grader's engine imports torch: only the workers need it (`list`, `show` stay quick).
     def __init__(self, rubric: Rubric, seed: int, criteria: Sequence[Criterion]):
         from grader.harness import Harness
         from grader.submission import Submission
