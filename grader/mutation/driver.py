@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grader.layout import PROVIDED_FOLDER, STUDENT_FILES
@@ -79,6 +79,19 @@ class _Grader:
         self.harness.__exit__(None, None, None)
 
     def verdict(self, criterion: Criterion, bound: float) -> Verdict:
+        """The grader's verdict. A criterion with a ``fallback`` (a rubric field newer than some
+        graders) is judged as grading judges it: the student's own pieces first, and where they
+        fail, again with the grader's pieces swapped in; it passes if that run passes."""
+        if not getattr(criterion, "fallback", ""):
+            return self._judged(criterion, bound)
+        own = self._judged(replace(criterion, params={**criterion.params, "pieces": "own"}), bound)
+        if own.status not in ("failed", "timeout"):
+            return own
+        theirs = self._judged(replace(criterion, params={**criterion.params, "pieces": "grader"}), bound)
+        return Verdict(theirs.status, theirs.message, own.seconds + theirs.seconds, theirs.judge_error)
+
+    def _judged(self, criterion: Criterion, bound: float) -> Verdict:
+        """One child run of ``criterion`` and the grader's judgement of it."""
         from grader.grading import JUDGE_ERROR, judge, judge_observation
         from grader.protocol import Kind
 
