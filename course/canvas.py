@@ -74,7 +74,8 @@ class CanvasSubmission:
         if not self.superseded:
             return None
         graded = ", ".join(f.entry for f in self.files.values() if f.original in self._replaced())
-        return f"{self.student}: graded {graded}; older upload(s) not graded: {', '.join(self.superseded)}"
+        older = "older upload" if len(self.superseded) == 1 else "older uploads"
+        return f"{self.student}: graded {graded}; {older} not graded: {', '.join(self.superseded)}"
 
     def _replaced(self) -> set[str]:
         return {parsed.original for entry in self.superseded if (parsed := parse_download_name(entry)) is not None}
@@ -207,3 +208,33 @@ def assignment_warning(assignment: str) -> str | None:
         return None
     return (f"--assignment {assignment!r} has no assignment id in parentheses: Canvas matches the column by "
             "name alone, or creates a new assignment; copy the header from a gradebook export, e.g. 'HW5 (123456)'")
+
+
+def points_warning(assignment: str, out_of: set[tuple[float, float]], without_gpu: bool, possible: float | None,
+                   roster: Path | None) -> str | None:
+    """Advice when the Canvas file's scores do not fit the assignment's points in Canvas, or
+    None when they do.
+
+    ``out_of``: each student's ``(max_score, blocked points)``. With ``without_gpu``
+    (``--canvas-without-gpu``) a score with blocked criteria is the CPU score, out of
+    ``max_score - blocked``; without it, the cell waits for the GPU merge and the score will
+    be out of ``max_score``. ``possible``: the assignment's Points Possible from the roster
+    ``roster`` (None: not known, so the advice says what to check).
+    """
+    totals = {total - (blocked if without_gpu else 0) for total, blocked in out_of}
+    if not totals:
+        return None
+    listed = ", ".join(f"{total:g}" for total in sorted(totals))
+    if possible is None:
+        where = f"{roster} has no Points Possible row" if roster is not None else "no --roster"
+        return (f"the Canvas file's scores are out of {listed}; the assignment's points cannot be checked ({where}): "
+                f"make sure {assignment!r} is worth {listed} points in Canvas")
+    if totals == {possible}:
+        return None
+    flipped = {total - (0 if without_gpu else blocked) for total, blocked in out_of}
+    hint = ""
+    if flipped == {possible}:
+        hint = (" (or grade without --canvas-without-gpu: the GPU merge completes the scores)" if without_gpu else
+                " (or, for a class graded without GPUs, pass --canvas-without-gpu: the CPU score out of the CPU points)")
+    return (f"WARNING: the scores are out of {listed} but the Canvas assignment {assignment!r} is worth {possible:g} points "
+            f"(its Points Possible in {roster}): change one of them before importing{hint}")

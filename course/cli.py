@@ -2,6 +2,8 @@
 
     python -m course batch FOLDER --csv FILE [--jobs N] [--html FILE] ...
     python -m course dashboard REPORTS --html FILE
+    python -m course feedback REPORTS --out DIR [--canvas-download DOWNLOAD.zip] ...
+    python -m course import-gradescope SCORES.csv --csv FILE [--html FILE] [--canvas FILE ...]
     python -m course slurm write FOLDER --csv FILE --submit ...   (and slurm merge, slurm task)
     python -m course grade PATH ...                               (the same as python -m grader grade)
 
@@ -21,6 +23,8 @@ from grader.cli import command_line
 COMMANDS = {
     "batch": ("course.batch", "grade a folder of submissions into a gradebook CSV"),
     "dashboard": ("course.dashboard", "build the class dashboard (one HTML file) from a batch's reports folder"),
+    "import-gradescope": ("course.gradescope_scores", "Gradescope's Download Grades CSV into the gradebook CSV, dashboard and Canvas's import"),
+    "feedback": ("course.feedback", "write each student's feedback file (and Canvas's bulk upload) from a batch's reports folder"),
     "slurm": ("course.cluster", "grade a folder of submissions on a Slurm cluster (write, merge, task)"),
     "grade": ("grader.cli", "grade one submission (a folder, a .zip, or a student file), as python -m grader grade"),
 }

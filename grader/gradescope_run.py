@@ -8,7 +8,12 @@ grader like any archive). It copies only those into a fresh folder and runs ``py
 grade FOLDER --gradescope RESULTS --budget SECONDS``, which rewrites results.json after every
 criterion, so whatever stops the run leaves what was graded. The budget is the rubric's
 ``[gradescope] budget``; the grader is killed ``OUTER_MARGIN`` seconds after it. When the grader
-left no valid results.json, one with score 0 and the reason is written. Nothing here raises.
+left no valid results.json, one with score 0 and the reason is written (the grader's log, which
+names every criterion, goes to stdout: the staff's). Nothing here raises.
+
+Before grading, a submission over the rubric's submission limit is turned away with the last
+counted result (grader.submission_limit), and the staff's GPU results for this submission,
+when the bundle carries them, are taken and merged after grading (grader.gpu_results).
 """
 from __future__ import annotations
 
@@ -22,9 +27,10 @@ import time
 import traceback
 from pathlib import Path
 
+from grader import gpu_results, submission_limit
 from grader.layout import DEFAULT_RUBRIC, REPOSITORY, STUDENT_FILES
 from grader.processes import kill_group
-from grader.protocol import write_atomic
+from grader.protocol import read_json_report, write_atomic
 from grader.rubric import gradescope_budget
 from grader.submission import ARCHIVE_SUFFIXES, is_macos_metadata, renamed_student_file
 
@@ -115,12 +121,15 @@ def _write(results: Path, data: dict) -> None:
 
 
 def _fallback(results: Path, reason: str) -> None:
-    _write(results, {"score": 0, "output": reason, "tests": []})
+    """Score 0 and the reason; the run does not count against a submission limit (not the student's doing)."""
+    _write(results, {"score": 0, "output": reason, "output_format": "text", "tests": [], "extra_data": {"counted": False}})
 
 
-def _run_grader(target: Path, results: Path, source: Path, budget: float, timeout: float) -> tuple[int | None, str]:
+def _run_grader(target: Path, results: Path, report: Path, source: Path, budget: float,
+                timeout: float) -> tuple[int | None, str]:
     """Run the grader in its own process group; return (exit status or None when killed, log tail)."""
-    command = [sys.executable, "-m", "grader", "grade", str(target), "--gradescope", str(results), "--budget", f"{budget:.1f}"]
+    command = [sys.executable, "-m", "grader", "grade", str(target), "--gradescope", str(results), "--json", str(report),
+               "--budget", f"{budget:.1f}"]
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(command, cwd=source, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
@@ -132,32 +141,54 @@ def _run_grader(target: Path, results: Path, source: Path, budget: float, timeou
             returncode = None
         log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL))
         tail = log.read().decode(errors="replace")
-    sys.stdout.write(tail)  # Gradescope shows the autograder's own output to staff
+    sys.stdout.write(tail)  # Gradescope shows the autograder's own output to staff only (every criterion's line)
     return returncode, tail
+
+
+def _with_gpu(data: dict, report: dict | None, gpu: dict | None, seconds: float) -> dict:
+    """Gradescope's results again from ``report`` with the staff's GPU results in it (see
+    grader.gpu_results); ``data`` as it was when there is nothing to merge."""
+    merged = gpu_results.merge(report, gpu) if report is not None and gpu is not None else None
+    if merged is None:
+        return data
+    from grader.report import gradescope, report_from_json  # the checks (torch): only for a merge
+    from grader.rubric import load_rubric
+
+    return gradescope(report_from_json(merged), load_rubric(DEFAULT_RUBRIC), seconds)
 
 
 def grade(root: Path) -> None:
     started = time.monotonic()
     submission, results = root / "submission", root / "results" / "results.json"
     results.unlink(missing_ok=True)
+    metadata = submission_limit.read_metadata(root / "submission_metadata.json")
+    gpu = gpu_results.take(REPOSITORY, metadata)  # before any student code runs
+    limited, limit_note = submission_limit.check(metadata, submission_limit.limit_of(DEFAULT_RUBRIC))
+    if limited is not None:
+        print("over the submission limit: not graded; the last counted submission's results are shown")
+        _write(results, limited)
+        return
     budget = gradescope_budget(DEFAULT_RUBRIC)
     timeout = float(os.environ.get("AUTOGRADER_TIMEOUT", budget + OUTER_MARGIN))
     with tempfile.TemporaryDirectory() as scratch:
         target, notes = prepare(submission, Path(scratch))
         remaining = budget - (time.monotonic() - started)
-        returncode, tail = _run_grader(target, results, REPOSITORY, remaining,
-                                       timeout - (time.monotonic() - started))
+        returncode, _ = _run_grader(target, results, Path(scratch) / "report.json", REPOSITORY, remaining,
+                                    timeout - (time.monotonic() - started))
+        report = read_json_report(Path(scratch) / "report.json")
     data = _valid(results)
     if data is None:
         reason = "did not finish in time" if returncode is None else f"stopped with exit status {returncode}"
-        _fallback(results, f"The autograder {reason} without a result. {STAFF}\n\n{tail}")
+        _fallback(results, f"The autograder {reason} without a result. {STAFF}")  # its log is the staff's
         return
+    data = _with_gpu(data, report, gpu, time.monotonic() - started)
     if returncode is None:
         notes.append(f"The autograder was stopped after {time.monotonic() - started:.0f} s; only the criteria listed "
                      f"were graded. {STAFF}")
     elif returncode != 0:
         notes.append(f"The autograder stopped early (exit status {returncode}); the results may be partial. {STAFF}")
-    data["output"] = "\n".join([*notes, str(data.get("output", ""))]).strip()
+    data["output"] = "\n".join([*([limit_note] if limit_note else []), *notes, str(data.get("output", ""))]).strip()
+    data["extra_data"] = {**(data.get("extra_data") or {}), "counted": True}
     _write(results, data)
 
 
@@ -167,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         grade(root)
     except BaseException:  # the last line of defence: results.json must exist
-        _fallback(root / "results" / "results.json", f"The autograder crashed. {STAFF}\n\n{traceback.format_exc()}")
+        print(traceback.format_exc())  # for the staff: Gradescope shows students only results.json
+        _fallback(root / "results" / "results.json", f"The autograder crashed. {STAFF}")
     return 0
 
 

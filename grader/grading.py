@@ -8,7 +8,9 @@ is data: a report the judge cannot read is the student's ``failed``, never ``err
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import json
 import os
 import platform
 import secrets
@@ -20,9 +22,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from grader import policy
+from grader.bounded import TooSlow, bounded
 from grader.checks.judging import Fail, observed
 from grader.harness import Harness, HarnessError, Outcome, foreign_signal, format_bytes
+from grader.layout import STUDENT_FILES
 from grader.protocol import Kind, Report, Result, Status
+from grader.report import counted
 from grader.rubric import HARDWARE, Criterion, Rubric
 from grader.submission import Submission
 from minitorch.cli import STUB_MESSAGE
@@ -42,6 +47,9 @@ class Budget:
         return self.ends - time.monotonic()
 
 JUDGE_ERROR = "judge_error"  # in a result's details: the judge's traceback, for the course staff
+# A judge's own time (wall clock, in the grader's process): a correct run's takes well under a
+# second; this bound is for observations built to make a judge's comparisons run for minutes.
+JUDGE_SECONDS = 30.0
 
 
 def environment() -> dict:
@@ -59,6 +67,22 @@ def gpu_count() -> int:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:  # noqa: BLE001 - a broken driver means no GPU to grade on
         return 0
+
+
+def check_fingerprint(criterion: Criterion) -> str:
+    """What decides a criterion's result, hashed: its check, params, hardware and fallback (not its
+    points, title, timeout or visibility). A rubric edit that keeps it can be re-scored from a stored
+    result; one that changes it needs the criterion graded again."""
+    decides = [criterion.check, criterion.params, criterion.needs, criterion.fallback]
+    return hashlib.sha256(json.dumps(decides, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def rubric_fingerprint(criteria: list[Criterion]) -> dict:
+    """The rubric a report is graded with: ``{"sha256": of every criterion's id, points and check
+    fingerprint, "criteria": {id: check fingerprint}}`` over the active ``criteria``."""
+    prints = {c.id: check_fingerprint(c) for c in criteria}
+    whole = json.dumps(sorted((c.id, c.points, prints[c.id]) for c in criteria))
+    return {"sha256": hashlib.sha256(whole.encode()).hexdigest()[:16], "criteria": prints}
 
 
 def select(criteria: list[Criterion], only: list[str] | None) -> list[Criterion]:
@@ -125,12 +149,20 @@ def _flood_reason(outcome: Outcome, output_limit_mb: float) -> str:
 
 
 def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[Status, str, dict]:
-    """``(status, message, details)`` from the criterion's parent-side ``judge_*`` function."""
+    """``(status, message, details)`` from the criterion's parent-side ``judge_*`` function, run
+    under :data:`JUDGE_SECONDS` of its own."""
     judge_function = getattr(importlib.import_module(criterion.judge_module), "judge_" + criterion.name)
     try:
-        details = judge_function(seed, dict(criterion.params), observed(observation))
+        details = bounded(lambda: judge_function(seed, dict(criterion.params), observed(observation)), JUDGE_SECONDS)
     except Fail as failure:
         return Status.FAILED, str(failure), failure.details
+    except TooSlow:
+        message = (
+            f"the grader's check of what your code produced did not finish within {JUDGE_SECONDS:g} s (a correct "
+            "run's takes well under a second): what came back is far larger or stranger than expected, and the "
+            "course staff will review it"
+        )
+        return Status.FAILED, message, {JUDGE_ERROR: f"the judge ran past {JUDGE_SECONDS:g} s"}
     except Exception as error:  # noqa: BLE001 - the observation came from the child: it is data
         message = (
             f"the grader could not read what your code produced ({type(error).__name__}: {error}); "
@@ -167,6 +199,9 @@ def judge(criterion: Criterion, seed: int, outcome: Outcome, submission: Submiss
         return Status.FAILED, _flood_reason(outcome, output_limit_mb)
     if outcome.kind == Kind.EXITED:
         return Status.FAILED, _exit_reason(outcome)
+    if outcome.kind == Kind.MEMORY:
+        return Status.FAILED, (f"its processes together held {format_bytes(outcome.memory_bytes or 0)}, more than a "
+                               "criterion may use (the memory limit counts all of its processes), and were stopped")
     return Status.ERROR, f"grader error in the child for {criterion.check}:\n{envelope.get('message', outcome.kind)}"
 
 
@@ -209,6 +244,7 @@ def _new_report(submission: Submission, rubric: Rubric, planned: int, seed: int 
     report = Report(
         submission=submission.path, files=submission.sha256(), environment=environment(),
         seed=secrets.randbelow(2**31 - 1) if seed is None else seed, planned=planned,
+        rubric=rubric_fingerprint(rubric.active()),
     )
     findings = policy.scan(submission.files, rubric.forbidden)
     report.policy_findings = findings[:policy.FINDINGS_KEPT]
@@ -217,6 +253,9 @@ def _new_report(submission: Submission, rubric: Rubric, planned: int, seed: int 
         report.flag(f"policy scan: {', '.join(names)}")
     if len(findings) > policy.FINDINGS_KEPT:
         report.note(f"the policy scan found {len(findings)} uses; the report lists the first {policy.FINDINGS_KEPT}")
+    for note in submission.notes:  # what was graded from where (a browser's rename, a file in an archive)
+        if note not in (f"{name} from {name}" for name in STUDENT_FILES):
+            report.note(note)
     if submission.skipped:
         report.note(f"skipped in the archive: {'; '.join(submission.skipped)}")
     if submission.ignored:
@@ -256,7 +295,7 @@ def _grade_criterion(criterion: Criterion, report: Report, submission: Submissio
         id=criterion.id, problem=criterion.problem, title=criterion.title, points=criterion.points,
         earned=criterion.points if status == Status.PASSED else 0, status=status, message=message,
         seconds=round(time.perf_counter() - started, 3), output=output if status != Status.PASSED else "",
-        details=details,
+        details=details, fingerprint=check_fingerprint(criterion),
     )
 
 
@@ -321,8 +360,8 @@ def _note_outcome(report: Report, criterion: Criterion, outcome: Outcome) -> Non
     """What a child did that the score does not show, for the report and for review."""
     if outcome.orphans:
         report.note(
-            f"{criterion.id}: your code left {outcome.orphans} process(es) running after the criterion "
-            "ended (setsid or a double fork?); the grader killed them"
+            f"{criterion.id}: your code left {counted(outcome.orphans, 'process', 'processes')} running after the "
+            f"criterion ended (setsid or a double fork?); the grader killed {'it' if outcome.orphans == 1 else 'them'}"
         )
         report.flag("processes left running")
     if outcome.first_signal is not None:

@@ -11,6 +11,11 @@ line, anything else in a student file:
 * a private attribute of an imported module (``torch._C``) and an assignment to an attribute
   of an imported module or class (``time.perf_counter = ...``, ``torch.Tensor.to = ...``,
   ``setattr(torch, ...)``), also where it is put back;
+* a tool of an allowed module that rewrites how other code runs or what it returns
+  (:data:`REWRITING`: tracing and profiling hooks, torch function modes and its operator
+  registry, serialisation internals) and ``torch.load`` without ``weights_only=True``;
+* assignments through an alias are resolved: ``_T = torch.Tensor; _T.x = ...``, a ``for`` or
+  ``with`` target over an imported class, ``getattr(torch, "Tensor")``, ``type(x)``;
 * a source encoding other than UTF-8 (a PEP 263 line such as ``# -*- coding: utf-7 -*-``
   makes the interpreter run what the scan would read as a comment), or bytes that are not UTF-8.
 
@@ -70,6 +75,14 @@ INTERNAL_ATTRIBUTES = frozenset({
     "cell_contents", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "gi_frame", "gi_code",
     "cr_frame", "ag_frame", "tb_frame", "tb_next", "co_code", "co_consts", "_current_frames", "_getframe",
 })
+# Inside the allowed modules, the tools that rewrite how other code runs or what it returns:
+# tracing and profiling hooks, torch's function and dispatch modes and its operator registry,
+# and serialisation internals (a pickle runs code when it is loaded). A use is flagged.
+REWRITING = (
+    "threading.settrace", "threading.setprofile", "threading.settrace_all_threads",
+    "threading.setprofile_all_threads", "torch.overrides", "torch.library", "torch.profiler",
+    "torch.autograd.profiler", "torch.serialization", "torch.utils.hooks", "torch.autograd.graph",
+)
 _CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 
 
@@ -107,21 +120,74 @@ class _Scanner:
     def __init__(self, forbidden: tuple[str, ...], bound: frozenset[str] = frozenset()):
         self.modules = [f for f in forbidden if not f.startswith(".")]
         self.attributes = {f[1:] for f in forbidden if f.startswith(".")}
-        self.aliases: dict[str, str] = {}  # local name -> full dotted name it was imported as
+        self.aliases: dict[str, str] = {}  # local name -> the dotted name it was imported as, or is an alias of
         self.bound = bound  # every name the file binds (a local `open` is not the builtin)
         self.hits: list[tuple[int, str]] = []
 
     def scan(self, tree: ast.AST) -> None:
+        self._imports(tree)
+        self._local_aliases(tree)
         stack = [tree]
         while stack:
             node = stack.pop()
             if self._visit(node):
                 stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
+    def _imports(self, tree: ast.AST) -> None:
+        """The names the file's imports bind, wherever the import is (the alias pass needs them)."""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    local = alias.asname or alias.name.split(".")[0]
+                    self.aliases[local] = alias.name if alias.asname else local
+            elif isinstance(node, ast.ImportFrom):
+                module = ("minitorch." * bool(node.level)) + (node.module or "") if node.level else node.module or ""
+                for alias in node.names:
+                    self.aliases[alias.asname or alias.name] = f"{module}.{alias.name}" if module else alias.name
+
+    def _local_aliases(self, tree: ast.AST) -> None:
+        """Names bound to an imported module or class, or to a class found at run time, by an
+        assignment (``_T = torch.Tensor``, ``T = type(x)``, ``T = getattr(torch, "Tensor")``, a walrus,
+        tuple unpacking), a ``for`` target over a literal of them, or a ``with`` target whose
+        context names one; repeated until nothing new is found (aliases of aliases)."""
+        for _ in range(10):
+            before = dict(self.aliases)
+            for node in ast.walk(tree):
+                for target, value in _bindings(node):
+                    resolved = self._resolve(value)
+                    if resolved is not None and target not in self.aliases:
+                        self.aliases[target] = resolved
+            if self.aliases == before:
+                return
+
+    def _resolve(self, node: ast.AST) -> str | None:
+        """What ``node`` refers to when it is an imported name or a chain rooted at one, a
+        literal ``getattr`` of one, or a class found at run time (``type(x)``, ``x.__class__``)."""
+        if isinstance(node, ast.Call):
+            function = _dotted(node.func)
+            if function == "type" and len(node.args) == 1:
+                return "type(...)"
+            name = node.args[1].value if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) else None
+            if function == "getattr" and isinstance(name, str):
+                owner = self._resolve(node.args[0])
+                return f"{owner}.{name}" if owner is not None else None
+            return None
+        if isinstance(node, ast.Attribute) and node.attr == "__class__":
+            return "type(...)"
+        if isinstance(node, ast.Subscript) and isinstance(node.value, (ast.Tuple, ast.List)) and isinstance(node.slice, ast.Constant):
+            items = node.value.elts
+            index = node.slice.value
+            return self._resolve(items[index]) if isinstance(index, int) and -len(items) <= index < len(items) else None
+        return self._root_import(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+
     def _flag(self, node: ast.expr | ast.stmt, dotted: str) -> None:
         for name in self.modules:
             if _matches(dotted, name):
                 self.hits.append((node.lineno, name))
+                break
+        for name in REWRITING:
+            if _matches(dotted, name):
+                self.hits.append((node.lineno, f"rewrites execution: {name}"))
                 return
 
     def _visit(self, node: ast.AST) -> bool:
@@ -130,8 +196,6 @@ class _Scanner:
             for alias in node.names:
                 self._flag(node, alias.name)
                 self._allow_module(node, alias.name)
-                local = alias.asname or alias.name.split(".")[0]
-                self.aliases[local] = alias.name if alias.asname else local
             return False
         if isinstance(node, ast.ImportFrom):
             module = ("minitorch." * bool(node.level)) + (node.module or "") if node.level else node.module or ""
@@ -141,7 +205,6 @@ class _Scanner:
                 self._flag(node, full)
                 if _private(alias.name) and module != "__future__":
                     self.hits.append((node.lineno, f"private name {full}"))
-                self.aliases[alias.asname or alias.name] = full
             return False
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
@@ -205,6 +268,11 @@ class _Scanner:
 
     def _visit_call(self, node: ast.Call) -> None:
         function = _dotted(node.func)
+        loader = self._root_import(node.func) if isinstance(node.func, (ast.Name, ast.Attribute)) else None
+        if loader == "torch.load" and not any(
+                k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+                for k in node.keywords):
+            self.hits.append((node.lineno, "torch.load without weights_only=True (a pickle runs code)"))
         if function in ("__import__", "importlib.import_module") and node.args:
             first = node.args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str):
@@ -235,6 +303,30 @@ class _Scanner:
                 return False  # the chain's inner nodes are the same use
         self._allow_attribute(node, imported=False)
         return True
+
+
+def _bindings(node: ast.AST) -> list[tuple[str, ast.AST]]:
+    """``(name, value)`` pairs ``node`` binds that may make an alias: assignments (tuple
+    unpacking pairwise), walruses, ``for`` targets over each item of a literal, and ``with``
+    targets over the context expression or, for a call (``nullcontext(torch.Tensor)``), its arguments."""
+    pairs: list[tuple[ast.AST, ast.AST]] = []
+    if isinstance(node, ast.Assign):
+        pairs = [(target, node.value) for target in node.targets]
+    elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+        pairs = [(node.target, node.value)]
+    elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(node.iter, (ast.Tuple, ast.List, ast.Set)):
+        pairs = [(node.target, item) for item in node.iter.elts]
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        context = node.context_expr
+        values = [context, *context.args] if isinstance(context, ast.Call) else [context]
+        pairs = [(node.optional_vars, value) for value in values]
+    found: list[tuple[str, ast.AST]] = []
+    for target, value in pairs:
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
+            found.extend((t.id, v) for t, v in zip(target.elts, value.elts) if isinstance(t, ast.Name))
+        elif isinstance(target, ast.Name):
+            found.append((target.id, value))
+    return found
 
 
 def _private(name: str) -> bool:

@@ -56,6 +56,7 @@ class Kind(_Text):
     TIMEOUT = "timeout"  # (parent) the child ran out of time
     FLOOD = "flood"  # (parent) the child's output, or a file it wrote, reached the size limit on its files
     EXITED = "exited"  # (parent) the child ended without reporting
+    MEMORY = "memory"  # (parent) the criterion's processes together passed the memory bound and were stopped
 
 
 REPORTED_BY_CHILD = frozenset({Kind.OBSERVATION, Kind.FAIL, Kind.EXCEPTION, Kind.GARBAGE, Kind.GRADER_ERROR})
@@ -153,6 +154,7 @@ class Result:
     seconds: float
     output: str = ""
     details: dict = field(default_factory=dict)
+    fingerprint: str = ""  # of what decided the result (grader.grading.check_fingerprint)
 
     def __post_init__(self) -> None:
         self.message = storable(self.message, MESSAGE_CHARACTERS)
@@ -172,6 +174,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     policy_findings: list[dict] = field(default_factory=list)
     review: list[str] = field(default_factory=list)
+    rubric: dict = field(default_factory=dict)  # the rubric it was graded with (grader.grading.rubric_fingerprint)
 
     @property
     def needs_review(self) -> bool:
@@ -221,6 +224,7 @@ def as_json(report: Report) -> dict:
         "needs_review": report.needs_review,
         "review_reasons": report.review,
         "policy_findings": report.policy_findings,
+        "rubric": report.rubric,
         "criteria": [asdict(result) for result in report.results],
     }
 
@@ -263,86 +267,3 @@ def read_json_report(path: Path) -> dict | None:
     ):
         return None
     return report
-
-
-# --------------------------------------------------------------------------------------
-# A child's serialised envelope, bounded before any object is built from it
-# --------------------------------------------------------------------------------------
-MAX_RESULT_NODES = 1_000_000  # objects of the envelope, every shared reference counted again
-MAX_RESULT_DEPTH = 100  # nesting of the envelope (plain_copy's observations are a few levels deep)
-_MUTATORS = {"APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD"}
-_GETS, _PUTS = {"GET", "BINGET", "LONG_BINGET"}, {"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"}
-
-
-class TooLarge(ValueError):
-    """A serialised envelope that would unfold into too many objects or nest too deep."""
-
-
-def check_pickle(data: bytes, max_nodes: int = MAX_RESULT_NODES, max_depth: int = MAX_RESULT_DEPTH) -> None:
-    """Refuse a pickle that would unfold into more than ``max_nodes`` objects or nest deeper
-    than ``max_depth``, reading only its opcodes (no object is built).
-
-    A pickle can reference one object many times (its memo): two kilobytes can describe a
-    structure that, walked as a tree by whoever reads it, has billions of nodes. Each value
-    on the pickle machine's stack is modelled by its unfolded size and depth; a memo entry
-    shares the model of its object, so a container filled after it was memoised (as pickle
-    always does) is counted in full wherever it is referenced again.
-
-    Raises:
-        TooLarge: saying which bound it passed. ValueError: not a pickle.
-    """
-    import pickletools
-
-    stack: list[list[int]] = []  # [unfolded size, depth] per value; memo entries share them
-    marks: list[int] = []
-    memo: dict[int, list[int]] = {}
-    for opcode, argument, _ in pickletools.genops(data):
-        name = opcode.name
-        if name == "MARK":
-            marks.append(len(stack))
-        elif name in _GETS:
-            if argument not in memo:
-                raise ValueError(f"memo entry {argument} read before it was written")
-            stack.append(memo[argument])
-        elif name in _PUTS:
-            if not stack:
-                raise ValueError("memoised an empty stack")
-            memo[len(memo) if name == "MEMOIZE" else int(argument or 0)] = stack[-1]
-        elif name == "DUP":
-            stack.append(stack[-1])
-        elif name != "STOP":
-            _apply(name, opcode, stack, marks, max_nodes, max_depth)
-
-
-def _apply(name: str, opcode, stack: list, marks: list, max_nodes: int, max_depth: int) -> None:
-    """One opcode that builds or changes a value: pop what it consumes, push what it makes."""
-    import pickletools
-
-    before = opcode.stack_before
-    if pickletools.stackslice in before:
-        if not marks:
-            raise ValueError(f"{name} without a mark")
-        start = marks.pop()
-        popped = stack[start:]
-        del stack[start:]
-        fixed = [item for item in before if item not in (pickletools.stackslice, pickletools.markobject)]
-    else:
-        popped, fixed = [], before
-    if fixed:
-        if len(stack) < len(fixed):
-            raise ValueError(f"{name} on a stack of {len(stack)}")
-        popped = stack[len(stack) - len(fixed):] + popped
-        del stack[len(stack) - len(fixed):]
-    if not opcode.stack_after:
-        return
-    if name in _MUTATORS:  # the first popped value is changed in place and pushed back
-        target, parts = popped[0], popped[1:]
-        target[0] += sum(part[0] for part in parts)
-        target[1] = max([target[1], *(part[1] + 1 for part in parts)])
-    else:
-        target = [1 + sum(part[0] for part in popped), 1 + max((part[1] for part in popped), default=0)]
-    if target[0] > max_nodes:
-        raise TooLarge(f"it unfolds into more than {max_nodes} objects (shared references)")
-    if target[1] > max_depth:
-        raise TooLarge(f"it nests deeper than {max_depth} levels")
-    stack.append(target)

@@ -27,15 +27,25 @@ _CHECK = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?:[a-z_][a-z0-9_]*$")
 CRITERION_KEYS = {"id", "problem", "title", "points", "needs", "check", "timeout", "params", "enabled", "visibility",
                   "fallback"}
 REQUIRED_KEYS = ("id", "problem", "title", "points", "needs", "check")
-SETTINGS_KEYS = {"timeout", "memory_mb", "output_limit_mb", "max_processes", "user", "disabled_problems"}
+SETTINGS_KEYS = {"timeout", "memory_mb", "output_limit_mb", "max_processes", "user", "disabled_problems", "sandbox"}
+SANDBOXES = ("auto", "in-house", "bubblewrap")
 TOP_LEVEL_KEYS = {"grader", "problems", "criterion", "policy", "gradescope"}
 POLICY_KEYS = {"forbidden"}
-GRADESCOPE_KEYS = {"budget"}
+GRADESCOPE_KEYS = {"budget", "submission_limit", "limit_window_hours"}
 # When Gradescope shows a test to the student (its results.json `visibility`).
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 # Gradescope stops an autograder at 10 minutes unless the assignment's settings say otherwise;
 # the run's budget leaves room for starting Python and torch on a fraction of a CPU.
 DEFAULT_GRADESCOPE_BUDGET = 480.0
+
+
+@dataclass(frozen=True)
+class SubmissionLimit:
+    """At most ``submissions`` graded Gradescope submissions in any ``window_hours``
+    (``[gradescope] submission_limit`` and ``limit_window_hours``; see grader.submission_limit)."""
+
+    submissions: int
+    window_hours: float
 
 
 class RubricError(ValueError):
@@ -51,6 +61,8 @@ class Settings:
     child may print (and the largest file it may write). ``max_processes``: processes and
     threads a child may add (Problem 3 forks ranks with torch threads: be generous).
     ``user``: the unprivileged account children run as when the grader runs as root.
+    ``sandbox``: the backend that confines children (see grader/sandbox/README.md): ``auto``
+    (in-house as root, bubblewrap otherwise), ``in-house`` or ``bubblewrap``.
     """
 
     timeout: float = 60.0
@@ -59,6 +71,7 @@ class Settings:
     max_processes: int = 512
     user: str = "nobody"
     disabled_problems: tuple[str, ...] = ()
+    sandbox: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -97,7 +110,7 @@ class Criterion:
 def check_modules(check: str) -> tuple[str, str]:
     """``(observe module, judge module)`` of a check ``"<package>:<name>"``: a concept's
     package (``problem2.clock_cycles``) has the two sides as ``observe`` and ``judge``; a
-    one-module check (``performance``) is both."""
+    one-module check (``selftest``, the grader's tests of itself) is both."""
     package = "grader.checks." + check.split(":")[0]
     return (f"{package}.observe", f"{package}.judge") if "." in check.split(":")[0] else (package, package)
 
@@ -110,6 +123,7 @@ class Rubric:
     problem_titles: dict[str, str]
     forbidden: tuple[str, ...] = ()
     gradescope_budget: float = DEFAULT_GRADESCOPE_BUDGET
+    submission_limit: SubmissionLimit | None = None
 
     def active(self) -> list[Criterion]:
         """The criteria to grade: enabled ones of problems that are not disabled."""
@@ -160,7 +174,10 @@ def _settings(table: Any, where: str) -> Settings:
     disabled = table.get("disabled_problems", [])
     if not isinstance(disabled, list) or not all(isinstance(p, str) and _PROBLEM.match(p) for p in disabled):
         raise RubricError(f'{where}: [grader] disabled_problems must be a list of problems like ["2.3"], got {disabled!r}')
-    return Settings(user=user, disabled_problems=tuple(disabled), **values)
+    sandbox = table.get("sandbox", defaults.sandbox)
+    if sandbox not in SANDBOXES:
+        raise RubricError(f"{where}: [grader] sandbox must be one of {', '.join(SANDBOXES)}, got {sandbox!r}")
+    return Settings(user=user, disabled_problems=tuple(disabled), sandbox=sandbox, **values)
 
 
 def _check_function(check: str, label: str) -> None:
@@ -260,7 +277,8 @@ def parse_rubric(text: str, path: Path = DEFAULT_RUBRIC) -> Rubric:
             raise RubricError(f"{where}: [grader] disabled_problems names {problem!r}, which no criterion belongs to")
     return Rubric(path=path, settings=settings, criteria=tuple(criteria), problem_titles=dict(titles),
                   forbidden=_policy(data.get("policy", {}), where),
-                  gradescope_budget=_gradescope_budget(data.get("gradescope", {}), where))
+                  gradescope_budget=_gradescope_budget(data.get("gradescope", {}), where),
+                  submission_limit=_submission_limit(data.get("gradescope", {}), where))
 
 
 def _gradescope_budget(table: Any, where: str) -> float:
@@ -274,6 +292,28 @@ def _gradescope_budget(table: Any, where: str) -> float:
     if not _is_number(budget) or budget <= 0:
         raise RubricError(f"{where}: [gradescope] budget must be a positive number of seconds, got {budget!r}")
     return float(budget)
+
+
+def _submission_limit(table: Any, where: str) -> SubmissionLimit | None:
+    """``[gradescope] submission_limit`` (0 or absent: none) per ``limit_window_hours`` (default 24)."""
+    if not isinstance(table, dict):
+        raise RubricError(f"{where}: [gradescope] must be a table")
+    count = table.get("submission_limit", 0)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise RubricError(f"{where}: [gradescope] submission_limit must be a whole number of submissions (0: no limit), got {count!r}")
+    hours = table.get("limit_window_hours", 24)
+    if not _is_number(hours) or hours <= 0:
+        raise RubricError(f"{where}: [gradescope] limit_window_hours must be a positive number of hours, got {hours!r}")
+    return SubmissionLimit(count, float(hours)) if count else None
+
+
+def submission_limit(path: str | Path = DEFAULT_RUBRIC) -> SubmissionLimit | None:
+    """The rubric's Gradescope submission limit, read without importing the checks; None when
+    there is none, or when the file cannot be read or is wrong (the grader reports that itself)."""
+    try:
+        return _submission_limit(tomllib.loads(Path(path).read_text(encoding="utf-8")).get("gradescope", {}), str(path))
+    except (OSError, ValueError):
+        return None
 
 
 def gradescope_budget(path: str | Path = DEFAULT_RUBRIC) -> float:

@@ -17,14 +17,23 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--out", type=Path, default=REPOSITORY / "handout", help="the kit folder (default: handout)")
     bundle = commands.add_parser("bundle", help="build the Gradescope autograder zip")
     bundle.add_argument("--out", type=Path, default=REPOSITORY / "dist" / "autograder.zip")
+    bundle.add_argument("--gpu-reports", type=Path, metavar="DIR",
+                        help="the GPU reports of Gradescope's submission export (submission_<id>.json): a Regrade All "
+                             "Submissions then counts them (docs/gradescope.md)")
     return parser
 
 
-def _bundle(out: Path) -> int:
+def _bundle(out: Path, gpu_reports: Path | None) -> int:
     from kit import bundle
 
-    names = bundle.build(out)
-    print(f"wrote {out} ({len(names)} files); upload it as the Gradescope autograder (Ubuntu base image)")
+    try:
+        names = bundle.build(out, gpu_reports)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    gpu = sum(name.startswith("gpu/") for name in names)
+    print(f"wrote {out} ({len(names)} files{f', {gpu} GPU reports' if gpu else ''}); "
+          "upload it as the Gradescope autograder (Ubuntu base image)")
     return 0
 
 
@@ -49,7 +58,7 @@ def _kit(command: str, out: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return _bundle(args.out) if args.command == "bundle" else _kit(args.command, args.out)
+    return _bundle(args.out, args.gpu_reports) if args.command == "bundle" else _kit(args.command, args.out)
 
 
 if __name__ == "__main__":

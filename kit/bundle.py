@@ -6,6 +6,8 @@ the grading engine (:func:`engine_files`: the engine, the rubric's checks and th
 modules they import; never the kit builder, the course package (``course/``: running a
 class), the tests or the grader's self-test check), and the PROVIDED files of
 ``minitorch/``. It never holds the answer key's student files. Gradescope unpacks it into ``/autograder/source``.
+With ``--gpu-reports DIR`` it also holds the staff's GPU results (``gpu/submission_<id>.json``,
+grader.gpu_results), which a Regrade All Submissions merges into each submission's score.
 """
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import ast
 import zipfile
 from pathlib import Path
 
+from grader import gpu_results
 from grader.cli import COMMANDS
 from grader.layout import DEFAULT_RUBRIC, REPOSITORY, provided_files
+from grader.protocol import read_json_report
 from grader.rubric import load_rubric
 
 SCRIPTS = ("setup.sh", "run_autograder")
@@ -27,7 +31,7 @@ ENGINE = ("grader/__init__.py", "grader/__main__.py", "grader/gradescope_run.py"
 
 def _grader_imports(relative: str) -> set[str]:
     """The grader's own modules that ``relative`` imports (``grader.x`` and ``from grader.checks
-    import tp_pieces`` alike), as files relative to the repository."""
+    import recording`` alike), as files relative to the repository."""
     found = set()
     for node in ast.walk(ast.parse((REPOSITORY / relative).read_text())):
         names = []
@@ -67,10 +71,31 @@ def bundle_files() -> dict[str, Path]:
     return files
 
 
-def build(out: Path) -> list[str]:
-    """Write the zip to ``out``; return the archive names."""
+def gpu_report_files(folder: Path) -> dict[str, Path]:
+    """Archive name -> path of each GPU report in ``folder`` (a batch's reports folder), named
+    by the Gradescope submission whose export folder it graded (``gpu/submission_<id>.json``,
+    see grader.gpu_results); the folder's other files (logs, the gradebook's rows) stay out.
+
+    Raises:
+        ValueError: a ``submission_<id>.json`` there is not a grader report, or there is none.
+    """
+    files = {}
+    for path in sorted(folder.glob("submission_*.json")):
+        if gpu_results.report_name(path.stem.removeprefix("submission_")) != path.name:
+            continue  # not a submission of Gradescope's export
+        if read_json_report(path) is None:
+            raise ValueError(f"{path}: not a grader report")
+        files[f"{gpu_results.FOLDER}/{path.name}"] = path
+    if not files:
+        raise ValueError(f"{folder}: no submission_<id>.json reports (grade Gradescope's export with --only 2.3 first)")
+    return files
+
+
+def build(out: Path, gpu_reports: Path | None = None) -> list[str]:
+    """Write the zip to ``out`` (with ``gpu_reports``' GPU results for Gradescope's regrade);
+    return the archive names."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    files = bundle_files()
+    files = bundle_files() | (gpu_report_files(gpu_reports) if gpu_reports is not None else {})
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, path in files.items():
             info = zipfile.ZipInfo(name, FIXED_TIME)

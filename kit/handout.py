@@ -12,8 +12,8 @@ Solutions are written once, in the answer key ``minitorch/``, between markers::
 ``NotImplementedError("Problem 2.1: clock_cycles")``. ``python -m kit build``
 writes the kit ``handout/`` (provided files verbatim, student files stripped, the public
 tests, a Makefile with ``submit.py`` behind ``make submit`` and ``minitorch.measure`` behind
-``make report``, the ``REPORT.md`` template, a pyproject, the write-up and
-the pictures it links, ``figures/*.svg``);
+``make report``, the ``REPORT.md`` template, a pyproject, and the write-up of
+:mod:`kit.writeup`: the README, ``problems/*.md``, ``hints/``, ``figures/*.svg``, ``writeup.html``);
 ``python -m kit check`` fails when the committed ``handout/`` differs from a fresh
 generation.
 """
@@ -35,8 +35,8 @@ from minitorch.cli import stub_message
 
 REPO = REPOSITORY  # a module attribute, so that tests can build from a copy of the repository
 KIT_TEMPLATES = Path(__file__).resolve().parent / "templates"
-# What a student's `make test` / `make submit` leaves in the kit; never part of the comparison.
-IGNORED_NAMES = {".venv", "__pycache__", ".pytest_cache", ".hypothesis", "submission.zip"}
+# What a student's `make test` / `make submit` / `make hint` leaves in the kit; never part of the comparison.
+IGNORED_NAMES = {".venv", "__pycache__", ".pytest_cache", ".hypothesis", "submission.zip", ".hints.json"}
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION (?P<problem>\d+\.\d+)[ \t]*$")
 _END = re.compile(r"^[ \t]*# END SOLUTION[ \t]*$")
@@ -213,9 +213,9 @@ def _kit_files(student_files: list[str]) -> dict[str, str | bytes | Path]:
     files[".gitignore"] = KIT_TEMPLATES / "gitignore"
     files["submit.py"] = KIT_TEMPLATES / "submit.py"  # what `make submit` runs
     files["REPORT.md"] = KIT_TEMPLATES / "REPORT.md"  # the written questions beside `make report`'s figures
-    # The README and the pictures it links (figures/*.svg), all computed at build time.
+    # The write-up (README, problem pages, hints, figures/*.svg, writeup.html), computed at build time.
     rubric = REPO / DEFAULT_RUBRIC.relative_to(REPOSITORY)
-    files.update(writeup.render_files(REPO / "writeup" / "README.md.in", rubric, public))
+    files.update(writeup.render_files(REPO / "writeup" / "README.md.in", rubric, public, frozenset(files)))
     return files
 
 

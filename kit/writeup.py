@@ -1,8 +1,22 @@
-"""Render the assignment write-up ``handout/README.md`` from ``writeup/`` and the rubric.
+"""Render the kit's write-up from ``writeup/`` and the rubric: a short README, one page per
+problem, the hints (``python -m minitorch.hint`` prints them one at a time) and ``writeup.html``,
+all of it on one page with the figures inlined and the hints folded.
 
-The template ``writeup/README.md.in`` is Markdown with a few directives, each in ``{{ }}``:
+Sources in ``writeup/``:
 
-``{{include problem2.md}}``   the rendered text of another file in ``writeup/``
+``README.md.in``            the kit's README
+``problemN.md``             one page per problem, placed in the kit by a ``{{page ...}}`` of the README
+``hints/N.M/1.md, 2.md ...``  the graduated hints of sub-problem N.M, in the order they are shown
+
+Hints are never in the text a student reads front to back: a page says where they are with
+``{{hints N.M}}``, which becomes a line saying how to ask for them in the Markdown pages, and the
+hints themselves, each folded in its own block, in ``writeup.html``.
+
+Directives, each in ``{{ }}``:
+
+``{{page problem2.md problems/2-pipeline.md}}``  renders ``writeup/problem2.md`` into the kit
+                              at ``problems/2-pipeline.md``; becomes that page's link
+``{{hints 2.2}}``             where the hints of 2.2 go (alone on its line)
 ``{{points_summary}}``        a table of points per problem, from ``grader/rubric.toml``
 ``{{points_table 2}}``        the criteria of Problem 2 (2.1, 2.2, ...) with their points and the
                               public tests that catch the same mistakes (their ``criterion`` markers)
@@ -11,39 +25,33 @@ The template ``writeup/README.md.in`` is Markdown with a few directives, each in
                               (``[policy] forbidden`` of the rubric)
 ``{{promises 2.1}}``          the promises of one sub-problem's student docstrings, the criteria that grade each
                               and the public test that fails for its mistake (``grader/promises/``)
-``{{figure NAME ARGS}}``      a text figure computed at build time by ``FIGURES[NAME](*ARGS)``
+``{{figure NAME ARGS}}``      a text figure computed at build time by ``kit.figures.FIGURES[NAME](*ARGS)``
 ``{{figure plans MODEL GPUS BATCH TS PS}}``  Problem 5's estimates (answer key) of t in TS x p in PS
-``{{svg SCHEDULE K M [k=v]}}``  a picture of a simulated schedule: the build writes it to
-                              ``figures/<name>.svg`` beside the README, and this becomes its link
+``{{svg SCHEDULE K M [k=v]}}``  a picture of a simulated schedule: the build writes it to the kit's
+                              ``figures/<name>.svg``, and this becomes its link from the page
 
-Schedule figures (``{{figure timeline 1f1b 4 8}}``, ``{{figure metrics gpipe 4 32 t_comm=0.2}}``,
-``{{svg interleaved 4 8 v=2}}``) take a schedule name of ``minitorch.timeline.GENERATORS``, K
-and M, then optional ``v=`` (chunks, interleaved only), ``t_b=``, ``t_w=``, ``t_comm=`` (F takes
-1 unit, B 2 by default). They are simulated by the provided ``minitorch.schedules``; 1F1B and
-interleaved 1F1B come from ``minitorch.pipeline``, i.e. the ANSWER KEY when the kit is built in
-the course repository. Where the build runs without a working answer key (its solutions stubbed
-or the file absent), figures that need it render a short note instead and the build prints a
-warning; the build does not fail, and the drift check then reports the changed README.
+The figures are described in :mod:`kit.figures`. Links between pages are written as the kit
+holds them (``../README.md#criteria-that-need-gpus`` from a problem page); ``writeup.html``
+turns them into links inside the one page, and the build fails on a link to nothing.
 
 Notes ``{# ... #}`` (starting a line, possibly spanning several) are for whoever edits the
-template and are dropped. The points come from the same rubric the grader uses, so the
+sources and are dropped. The points come from the same rubric the grader uses, so the
 write-up never retypes a number.
 """
 from __future__ import annotations
 
+import posixpath
 import re
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 from grader import promises
 from grader.protocol import format_points as _points
 from grader.rubric import HARDWARE, Criterion, Rubric, RubricError, load_rubric
+from kit import writeup_html
+from kit.figures import FIGURES, FigureError, svg_picture
 from kit.public_tests import MarkerError, criterion_tests
 
-T = TypeVar("T")
 _DIRECTIVE = re.compile(r"\{\{(.*?)\}\}")
 _NOTE = re.compile(r"^\{#.*?#\}[ \t]*\n", re.MULTILINE | re.DOTALL)
 
@@ -129,271 +137,94 @@ def points_summary(criteria: list[Criterion]) -> str:
     return "\n".join(lines)
 
 
-class _NoAnswerKey(Exception):
-    """A figure needs the answer key, and this build's ``minitorch.pipeline`` cannot provide it."""
+# ---------------------------------------------------------------- hints
+
+HINTS_FOLDER = "hints"  # in writeup/ and in the kit: hints/N.M/1.md, 2.md, ...
+HINT_COMMAND = "python -m minitorch.hint"
+_PROBLEM = re.compile(r"^\d+\.\d+$")
+_HINT_MARKER = re.compile(r"^<!-- hints (\d+\.\d+) -->$", re.MULTILINE)
 
 
-def _answer_key(call: Callable[[], T], what: str) -> T:
-    """``call()``, turning "the answer key is missing or stubbed" into :class:`_NoAnswerKey`."""
-    try:
-        return call()
-    except (ImportError, NotImplementedError) as error:
-        print(f"warning: the write-up's {what} needs the answer key: {type(error).__name__}: {error}",
-              file=sys.stderr)
-        raise _NoAnswerKey(what) from error
+def read_hints(folder: Path) -> dict[str, list[Path]]:
+    """The hint files of every sub-problem in ``folder`` (``N.M/1.md``, ``N.M/2.md`` ...), in order.
+
+    Raises WriteupError, naming the path, for anything else in ``folder``, numbering with a gap
+    or not starting at 1, and an empty hint."""
+    hints: dict[str, list[Path]] = {}
+    if not folder.is_dir():
+        return hints
+    for entry in sorted(folder.iterdir()):
+        if not (entry.is_dir() and _PROBLEM.match(entry.name)):
+            raise WriteupError(f"{entry}: the hints folder holds one folder per sub-problem, named N.M")
+        names = sorted(p.name for p in entry.iterdir())
+        expected = [f"{k}.md" for k in range(1, len(names) + 1)]
+        if sorted(names) != sorted(expected) or not names:
+            raise WriteupError(f"{entry}: hint files must be 1.md, 2.md, ... in the order they are shown, "
+                               f"without gaps; found {', '.join(names) or 'none'}")
+        files = [entry / name for name in expected]
+        empty = [p for p in files if not p.read_text().strip()]
+        if empty:
+            raise WriteupError(f"{empty[0]}: empty hint")
+        hints[entry.name] = files
+    return hints
 
 
-def _placeholder(what: str, command: str) -> str:
-    return (f"({what}: drawn from the reference solution when the kit is built; this build had none.\n"
-            f" Run `{command}` to draw it from your code.)")
+def hint_pointer(problem: str, count: int) -> str:
+    """What a Markdown page says where the hints of ``problem`` are (never the hints themselves)."""
+    plural = "s" if count > 1 else ""
+    return (f"**Stuck?** {count} hint{plural} for {problem}, one at a time: `make hint P={problem}` (or "
+            f"`{HINT_COMMAND} {problem}`) prints the next one; `writeup.html` has them folded.")
 
 
-def clock_cycles_waves(num_microbatches: str, num_stages: str) -> str:
-    """The answer key's ``clock_cycles(M, K)``, one wave per line, as in the lecture."""
-    try:
-        waves = _answer_key(lambda: _clock_cycles(num_microbatches, num_stages), "clock-cycle table")
-    except _NoAnswerKey:
-        return _placeholder("the clock-cycle table", "python -m minitorch.demos")
-    lines = [f"clock_cycles({num_microbatches}, {num_stages}):"]
-    lines += [f"  k = {index}: {wave}" for index, wave in enumerate(waves)]
-    return "\n".join(lines)
+# ---------------------------------------------------------------- expanding the sources
+
+@dataclass
+class _Build:
+    """What one rendering of the write-up collects: pages and pictures by kit path, hints by problem."""
+
+    rubric: Rubric
+    public: dict[str, list[str]] | None
+    hints: dict[str, list[Path]]
+    pages: dict[str, str] = field(default_factory=dict)
+    pictures: dict[str, str] = field(default_factory=dict)
+    placed: dict[str, str] = field(default_factory=dict)  # problem -> where its {{hints}} is
+    sources: dict[str, Path] = field(default_factory=dict)  # page's kit path -> its source
 
 
-def clock_cycles_grid(num_microbatches: str, num_stages: str) -> str:
-    """The answer key's ``clock_cycles(M, K)`` as a stage x wave grid of ``(i, j)`` cells."""
-    try:
-        waves = _answer_key(lambda: _clock_cycles(num_microbatches, num_stages), "clock-cycle grid")
-    except _NoAnswerKey:
-        return _placeholder("the clock-cycle grid", "python -m minitorch.demos")
-    cell = "{:<8}"
-    lines = ["wave     " + "".join(cell.format(k) for k in range(len(waves))).rstrip()]
-    for stage in range(int(num_stages)):
-        cells = []
-        for wave in waves:
-            pair = next(((i, j) for i, j in wave if j == stage), None)
-            cells.append(cell.format(f"({pair[0]},{pair[1]})" if pair else ""))
-        lines.append(f"stage {stage:<3}" + "".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def _clock_cycles(num_microbatches: str, num_stages: str) -> list[list[tuple[int, int]]]:
-    from minitorch.pipeline import clock_cycles
-
-    return list(clock_cycles(int(num_microbatches), int(num_stages)))
-
-
-# ---------------------------------------------------------------- schedule figures
-
-SCHEDULE_TITLES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved 1F1B", "zb-h1": "ZB-H1"}
-_OPTIONS = {"v": int, "t_b": float, "t_w": float, "t_comm": float}
-
-
-@dataclass(frozen=True)
-class ScheduleFigure:
-    """What a schedule figure shows: ``name`` on K devices with M microbatches, and its times."""
-
-    name: str
-    num_stages: int
-    num_microbatches: int
-    v: int = 1
-    t_b: float = 2.0
-    t_w: float | None = None
-    t_comm: float = 0.0
-
-    @classmethod
-    def parse(cls, args: tuple[str, ...]) -> "ScheduleFigure":
-        """From directive words ``SCHEDULE K M [v=2] [t_b=2] [t_w=1] [t_comm=0.2]``."""
-        if len(args) < 3 or args[0] not in SCHEDULE_TITLES:
-            raise WriteupError(f"expected SCHEDULE K M [key=value ...] with SCHEDULE one of "
-                               f"{', '.join(SCHEDULE_TITLES)}; got {' '.join(args)!r}")
-        options = {}
-        for word in args[3:]:
-            key, _, value = word.partition("=")
-            if key not in _OPTIONS or not value:
-                raise WriteupError(f"unknown schedule option {word!r}; use {', '.join(k + '=' for k in _OPTIONS)}")
-            options[key] = _OPTIONS[key](value)
-        return cls(args[0], int(args[1]), int(args[2]), **options)
-
-    @property
-    def t_w_simulated(self) -> float | None:
-        """The W time given to the simulator: ZB-H1 splits B in halves unless ``t_w`` says otherwise."""
-        if self.t_w is None and self.name == "zb-h1":
-            return self.t_b / 2
-        return self.t_w
-
-    @property
-    def title(self) -> str:
-        words = [f"{SCHEDULE_TITLES[self.name]}, K = {self.num_stages}, M = {self.num_microbatches}"]
-        if self.name == "interleaved":
-            words.append(f"v = {self.v}")
-        t_w = self.t_w_simulated
-        if t_w is None:
-            times = f"F = 1, B = {self.t_b:g}"
-        else:
-            times = f"F = 1, I = {self.t_b - t_w:g}, W = {t_w:g}"
-        if self.t_comm:
-            times += f", transfers {self.t_comm:g}"
-        return ", ".join(words) + f" ({times} units)"
-
-    @property
-    def stem(self) -> str:
-        """A file name without extension, e.g. ``interleaved_k4_m8_v2``."""
-        stem = f"{self.name.replace('-', '_')}_k{self.num_stages}_m{self.num_microbatches}"
-        if self.name == "interleaved":
-            stem += f"_v{self.v}"
-        return stem + (f"_comm{self.t_comm:g}".replace(".", "p") if self.t_comm else "")
-
-    @property
-    def command(self) -> str:
-        """The command that draws the same timeline from the student's code."""
-        words = [f"python -m minitorch.timeline --schedule {self.name} -K {self.num_stages} -M {self.num_microbatches}"]
-        if self.name == "interleaved":
-            words.append(f"-v {self.v}")
-        if self.t_b != 2.0:
-            words.append(f"--t-b {self.t_b:g}")
-        if self.t_w is not None:
-            words.append(f"--t-w {self.t_w:g}")
-        if self.t_comm:
-            words.append(f"--t-comm {self.t_comm:g}")
-        return " ".join(words)
-
-    def simulate(self):
-        """The simulated :class:`minitorch.schedules.Timeline` (raises _NoAnswerKey)."""
-        from minitorch import schedules, timeline
-
-        def schedule():
-            generate = timeline.generator(self.name)
-            if self.name == "interleaved":
-                return generate(self.num_stages, self.num_microbatches, self.v)
-            return generate(self.num_stages, self.num_microbatches)
-
-        actions = _answer_key(schedule, f"{self.title} figure")
-        return schedules.simulate(actions, 1.0, self.t_b, t_w=self.t_w_simulated, t_comm=self.t_comm)
-
-
-def _metrics_line(timeline) -> str:
-    peaks = ", ".join(f"{p:g}" for p in timeline.peak_in_flight)
-    return (f"step {timeline.makespan:g} units; bubble {timeline.bubble_fraction_of_total:.1%} of total time, "
-            f"{timeline.bubble_over_ideal:.1%} of ideal compute; peak in-flight [{peaks}]")
-
-
-def timeline(*args: str) -> str:
-    """Title, the lecture's ASCII timeline and one metrics line of a simulated schedule."""
-    from minitorch.schedules import render_ascii
-
-    figure = ScheduleFigure.parse(args)
-    try:
-        simulated = figure.simulate()
-    except _NoAnswerKey:
-        return f"{figure.title}:\n" + _placeholder("this timeline", figure.command)
-    return "\n".join([f"{figure.title}:", render_ascii(simulated), _metrics_line(simulated)])
-
-
-def metrics(*args: str) -> str:
-    """The title and the metrics line of a simulated schedule, without the timeline."""
-    figure = ScheduleFigure.parse(args)
-    try:
-        simulated = figure.simulate()
-    except _NoAnswerKey:
-        return f"{figure.title}:\n" + _placeholder("these metrics", figure.command)
-    return f"{figure.title}:\n    {_metrics_line(simulated)}"
-
-
-def svg_picture(args: tuple[str, ...], pictures: dict[str, str]) -> str:
-    """Add the SVG of a simulated schedule to ``pictures`` (path -> text); return its Markdown link."""
-    from minitorch.schedules import render_svg
-
-    figure = ScheduleFigure.parse(args)
-    try:
-        simulated = figure.simulate()
-    except _NoAnswerKey:
-        return f"*(Picture of {figure.title}: {_placeholder('not generated', figure.command)})*"
-    path = f"{FIGURE_FOLDER}/{figure.stem}.svg"
-    pictures[path] = render_svg(simulated, title=figure.title)
-    return f"![{figure.title}]({path})"
-
-
-FIGURE_FOLDER = "figures"
-
-
-def tp_comm() -> str:
-    """The output of ``python -m minitorch.tp_comm`` (provided code: needs no answer key)."""
-    import contextlib
-    import io
-
-    from minitorch import tp_comm as demo
-
-    with contextlib.redirect_stdout(io.StringIO()) as output:
-        demo._demo()
-    return output.getvalue().rstrip("\n")
-
-def plans(model: str, gpus: str, batch: str, ts: str, ps: str) -> str:
-    """The answer key's Problem 5 estimates of the plans ``ts`` x ``ps`` (comma-separated) of a
-    ``minitorch.cost_model.MODELS`` preset, and its best plan; e.g. ``plans 1t 3072 3072 4,8,16 32,64``."""
-    from minitorch import cost_model
-
-    preset = cost_model.MODELS[model]
-    cluster = cost_model.anchor_cluster(int(gpus)) if preset is cost_model.ANCHOR else cost_model.Cluster(gpus=int(gpus))
-    grid = [(int(t), int(p)) for t in ts.split(",") for p in ps.split(",")]
-
-    def table() -> str:
-        rows = cost_model.estimates(preset, cluster, int(batch), grid)
-        return cost_model.format_plans(rows) + "\n" + cost_model.format_best(preset, cluster, int(batch))
-
-    title = f"{preset.name} on {gpus} GPUs, batch {batch} ('!' = does not fit in {cluster.memory_bytes / 1e9:g} GB):"
-    try:
-        return title + "\n" + _answer_key(table, "plans table")
-    except _NoAnswerKey:
-        return title + "\n" + _placeholder("this table", f"python -m minitorch.cost_model --model {model} --gpus {gpus} "
-                                                          f"--batch {batch}")
-
-
-# Text figures computed from code at build time: {{figure NAME ARGS}} -> FIGURES[NAME](*ARGS).
-FIGURES: dict[str, Callable[..., str]] = {
-    "clock_cycles_waves": clock_cycles_waves,
-    "clock_cycles_grid": clock_cycles_grid,
-    "timeline": timeline,
-    "metrics": metrics,
-    "tp_comm": tp_comm,
-    "plans": plans,
-}
-
-
-def _expand(text: str, source: Path, rubric: Rubric, pictures: dict[str, str],
-            public: dict[str, list[str]] | None, depth: int = 0) -> str:
+def _expand(text: str, source: Path, kit_path: str, build: _Build, depth: int = 0) -> str:
+    """``text`` (from ``source``, going to ``kit_path`` in the kit) with every directive expanded."""
     if depth > 4:
-        raise WriteupError(f"{source}: includes nested too deeply")
+        raise WriteupError(f"{source}: pages nested too deeply")
     text = _NOTE.sub("", text)
-    criteria = rubric.active()
+    criteria = build.rubric.active()
+    folder = posixpath.dirname(kit_path) or "."
 
     def directive(match: re.Match) -> str:
         words = match[1].split()
-        line = text.count("\n", 0, match.start()) + 1
-        where = f"{source}:{line}"
+        where = f"{source}:{text.count(chr(10), 0, match.start()) + 1}"
         if not words:
             raise WriteupError(f"{where}: empty directive {{{{}}}}")
         name, args = words[0], words[1:]
-        if name == "include" and len(args) == 1:
-            path = source.parent / args[0]
-            if not path.exists():
-                raise WriteupError(f"{where}: included file {path} not found")
-            return _expand(path.read_text(), path, rubric, pictures, public, depth + 1).rstrip("\n")
+        if name == "page" and len(args) == 2:
+            return posixpath.relpath(_page(source.parent / args[0], args[1], where, build, depth), folder)
+        if name == "hints" and len(args) == 1:
+            return _hints_marker(args[0], match, text, where, build)
         if name == "points_summary" and not args:
             return points_summary(criteria)
         if name == "points_table" and len(args) == 1:
-            return points_table(criteria, args[0], public)
+            return points_table(criteria, args[0], build.public)
         if name == "points" and len(args) == 1:
             return points(criteria, args[0])
         if name == "policy_forbidden" and not args:
-            return policy_forbidden(rubric)
+            return policy_forbidden(build.rubric)
         if name == "promises" and len(args) == 1:
             return promises.table(promises.load(), args[0])
         try:
             if name == "figure" and args and args[0] in FIGURES:
                 return FIGURES[args[0]](*args[1:])
             if name == "svg":
-                return svg_picture(tuple(args), pictures)
-        except WriteupError as error:
+                return svg_picture(tuple(args), build.pictures, folder)
+        except FigureError as error:
             raise WriteupError(f"{where}: {error}") from None
         raise WriteupError(f"{where}: unknown directive {match[0]!r}")
 
@@ -405,19 +236,79 @@ def _expand(text: str, source: Path, rubric: Rubric, pictures: dict[str, str],
         raise WriteupError(f"{source}: rendering failed: {type(error).__name__}: {error}") from error
 
 
+def _page(source: Path, kit_path: str, where: str, build: _Build, depth: int) -> str:
+    """Render ``source`` into the kit at ``kit_path``; return ``kit_path``."""
+    normal = posixpath.normpath(kit_path)
+    if normal != kit_path or normal.startswith("../") or not normal.endswith(".md") or normal == "README.md":
+        raise WriteupError(f"{where}: a page goes to a relative .md path in the kit other than README.md; "
+                           f"got {kit_path!r}")
+    if kit_path in build.pages:
+        raise WriteupError(f"{where}: two pages go to {kit_path}")
+    if not source.exists():
+        raise WriteupError(f"{where}: page source {source} not found")
+    build.pages[kit_path], build.sources[kit_path] = "", source  # taken, before its own directives run
+    build.pages[kit_path] = _expand(source.read_text(), source, kit_path, build, depth + 1)
+    return kit_path
+
+
+def _hints_marker(problem: str, match: re.Match, text: str, where: str, build: _Build) -> str:
+    """Check a ``{{hints N.M}}``; the line that stands for it until a view replaces it."""
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    line_end = text.find("\n", match.end())
+    if text[line_start:line_end if line_end >= 0 else None].strip() != match[0]:
+        raise WriteupError(f"{where}: {match[0]} must stand alone on its line")
+    if problem not in build.hints:
+        raise WriteupError(f"{where}: no hints for {problem} (expected writeup/{HINTS_FOLDER}/{problem}/1.md, ...)")
+    if problem in build.placed:
+        raise WriteupError(f"{where}: the hints of {problem} are placed twice (first at {build.placed[problem]})")
+    build.placed[problem] = where
+    return f"<!-- hints {problem} -->"
+
+
+def _markdown_view(text: str, hints: dict[str, list[str]]) -> str:
+    return _HINT_MARKER.sub(lambda m: hint_pointer(m[1], len(hints[m[1]])), text)
+
+
+def _html_view(text: str, hints: dict[str, list[str]]) -> str:
+    return _HINT_MARKER.sub(lambda m: writeup_html.folded_hints(m[1], hints[m[1]]), text)
+
+
+# ---------------------------------------------------------------- the kit's write-up files
+
 def render(template: Path, rubric_path: Path, public_tests: Path | None = None) -> str:
-    """The rendered write-up: ``template`` with every directive expanded."""
+    """The rendered README: ``template`` with every directive expanded."""
     return render_files(template, rubric_path, public_tests)["README.md"]
 
 
-def render_files(template: Path, rubric_path: Path, public_tests: Path | None = None) -> dict[str, str]:
-    """The write-up's files: ``{"README.md": text}`` plus every picture it links
-    (``"figures/<name>.svg": svg text``), paths relative to the README. ``public_tests`` is
-    the folder of the public tests whose criterion markers the points tables list."""
-    pictures: dict[str, str] = {}
+def render_files(template: Path, rubric_path: Path, public_tests: Path | None = None,
+                 kit_files: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The write-up's files, by path in the kit: ``README.md``, its pages (``problems/...``),
+    the hints (``hints/N.M/k.md``), the pictures the pages link (``figures/<name>.svg``) and
+    ``writeup.html``. ``public_tests`` is the folder of the public tests whose criterion markers
+    the points tables list; ``kit_files``, the kit's other files, which pages may link."""
     try:
         public = criterion_tests(public_tests) if public_tests is not None else None
     except MarkerError as error:
         raise WriteupError(str(error)) from None
-    text = _expand(template.read_text(), template, read_rubric(rubric_path), pictures, public)
-    return {"README.md": text, **dict(sorted(pictures.items()))}
+    hints_folder = template.parent / HINTS_FOLDER
+    build = _Build(read_rubric(rubric_path), public, read_hints(hints_folder))
+    readme = _expand(template.read_text(), template, "README.md", build)
+    unplaced = sorted(set(build.hints) - set(build.placed))
+    if unplaced:
+        raise WriteupError(f"{hints_folder / unplaced[0]}: no {{{{hints {unplaced[0]}}}}} in the write-up places "
+                           "these hints")
+    hint_texts = {problem: [_expand(path.read_text(), path, f"{HINTS_FOLDER}/{problem}/{path.name}", build).strip()
+                            for path in paths] for problem, paths in build.hints.items()}
+    pages = {"README.md": readme, **build.pages}
+    files = {path: _markdown_view(text, hint_texts) for path, text in pages.items()}
+    for problem, texts in sorted(hint_texts.items()):
+        files.update({f"{HINTS_FOLDER}/{problem}/{k}.md": text + "\n" for k, text in enumerate(texts, 1)})
+    files.update(sorted(build.pictures.items()))
+    linkable = set(kit_files) | set(files)
+    try:
+        files[writeup_html.HTML_PAGE] = writeup_html.render(
+            {path: _html_view(text, hint_texts) for path, text in pages.items()}, build.pictures, linkable)
+    except writeup_html.LinkError as error:
+        source = template if error.page == "README.md" else build.sources[error.page]
+        raise WriteupError(f"{source} ({error.page} in the kit): {error.detail}") from None
+    return files

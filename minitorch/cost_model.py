@@ -37,10 +37,11 @@ class Model:
     vocab: int
 
     @property
-    def parameters(self) -> float:
-        """``12 L h^2 (1 + 13/(12h)) + (V + s) h``: layers plus token and position embeddings."""
+    def parameters(self) -> int:
+        """``12 L h^2 + 13 L h + (V + s) h``: layers plus token and position embeddings. A whole
+        number, computed exactly (so memory that equals a limit is decided without rounding)."""
         L, h = self.layers, self.hidden
-        return 12 * L * h**2 * (1 + 13 / (12 * h)) + (self.vocab + self.seq_len) * h
+        return 12 * L * h**2 + 13 * L * h + (self.vocab + self.seq_len) * h
 
 
 @dataclass(frozen=True)

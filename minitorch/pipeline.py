@@ -311,9 +311,11 @@ def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[Action]]:
     Contract (``K = num_stages`` devices with one stage each, so stage == device;
     ``M = num_microbatches``):
 
-    - Returns a new list of K lists; ``schedule[d]`` is device d's actions in the order
-      it runs them, each ``Action(d, "F" or "B", m)``. Every device runs the forward and
-      the full backward of every microbatch ``0 .. M-1`` exactly once.
+    - Returns a new list of K new lists (every call builds its own: a caller may change
+      what it got); ``schedule[d]`` is device d's actions in the order it runs them, each
+      a :class:`minitorch.schedules.Action` ``Action(d, "F" or "B", m)`` with ``d`` and
+      ``m`` ints. Every device runs the forward and the full backward of every microbatch
+      ``m`` in ``range(M)`` exactly once.
     - Valid: :func:`minitorch.schedules.simulate` places it without a deadlock.
     - Memory: device ``d`` never holds more than ``min(K - d, M)`` microbatches'
       activations at once (held from the start of its F to the end of its B on that
@@ -335,12 +337,12 @@ def one_f_one_b(num_stages: int, num_microbatches: int) -> list[list[Action]]:
     ``format_schedule`` prints a device's list as ``"F0 F1 F2 F3 B0 F4 B1 ..."``.
 
     Args:
-        num_stages: ``K``, an int ``>= 1``.
-        num_microbatches: ``M``, an int ``>= 1`` (any M, ``M < K`` included).
+        num_stages: ``K``, a Python int ``>= 1``.
+        num_microbatches: ``M``, a Python int ``>= 1`` (any M, ``M < K`` included).
 
     Raises:
-        ValueError: at the call, when an argument is not an int (``4.0``, ``"4"``,
-            ``None`` and the bools ``True``/``False`` are not) or is ``< 1``.
+        ValueError: at the call, when an argument is not a Python int (``4.0``, ``"4"``,
+            ``None``, numpy integers and the bools ``True``/``False`` are not) or is ``< 1``.
     """
     # BEGIN SOLUTION 4.1
     for name, value in (("num_stages", num_stages), ("num_microbatches", num_microbatches)):
@@ -367,9 +369,11 @@ def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_chunks: 
 
     Contract (``M = num_microbatches``, F and B the times of a device's whole share):
 
-    - Returns a new list of K lists; ``schedule[d]`` is device d's actions in order,
-      each ``Action(stage_of(d, chunk, K), "F" or "B", m)``, the forward and the full
-      backward of every microbatch on every one of its chunks exactly once.
+    - Returns a new list of K new lists (every call builds its own: a caller may change
+      what it got); ``schedule[d]`` is device d's actions in order, each a
+      :class:`minitorch.schedules.Action` ``Action(stage_of(d, chunk, K), "F" or "B", m)``
+      with int stage and ``m``, the forward and the full backward of every microbatch on
+      every one of its chunks exactly once.
     - Valid: :func:`minitorch.schedules.simulate` places it without a deadlock.
     - Time: with instant transfers one step takes ``(M + (K - 1)/v)(F + B)``, so the
       bubble is 1F1B's divided by v in Megatron's convention (idle over compute time:
@@ -390,14 +394,14 @@ def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_chunks: 
         device 1 ····|0F0|0F1|1F0|1B0    |1F1|1B1    |0F2|0B0    |0F3|0B1    |1F2|1B2    |1F3|1B3    |0B2    |0B3    ········|
 
     Args:
-        num_stages: ``K``, an int ``>= 1``.
-        num_microbatches: ``M``, an int ``>= 1`` and a multiple of ``K``, for every
+        num_stages: ``K``, a Python int ``>= 1``.
+        num_microbatches: ``M``, a Python int ``>= 1`` and a multiple of ``K``, for every
             ``v`` (``v = 1`` included: the rule does not depend on v).
-        num_chunks: ``v``, an int ``>= 1``.
+        num_chunks: ``v``, a Python int ``>= 1``.
 
     Raises:
-        ValueError: at the call, when an argument is not an int (``4.0``, ``"4"``,
-            ``None`` and the bools are not) or is ``< 1``, or when
+        ValueError: at the call, when an argument is not a Python int (``4.0``, ``"4"``,
+            ``None``, numpy integers and the bools are not) or is ``< 1``, or when
             ``num_microbatches % num_stages != 0``.
     """
     # BEGIN SOLUTION 4.2
@@ -460,21 +464,27 @@ class CheckpointSegment(torch.autograd.Function):
 
     - ``run_segment``: a callable taking one tensor and returning one tensor (the
       segment's layers one after the other); it may draw random numbers (dropout).
-      ``x``: the segment's input, any shape, dtype, device or layout, requiring grad
-      or not. ``params``: the tensors ``run_segment`` uses whose gradients are wanted
-      (the segment's parameters; frozen ones and none at all are allowed).
-    - The value returned, and the gradients that reach ``x`` and every ``params``
-      tensor that requires grad, are bit for bit those of calling ``run_segment(x)``
-      directly with the same random numbers; the output requires grad exactly when
-      ``x`` or one of ``params`` does.
+      ``x``: the segment's input, any shape, dtype or layout, requiring grad or not, on
+      any device (graded on CPUs only). ``params``: the tensors ``run_segment`` uses
+      whose gradients are wanted (the segment's parameters; frozen ones and none at all
+      are allowed).
+    - The value returned (its dtype and shape included), and the gradients that reach
+      ``x`` and every ``params`` tensor that requires grad, are bit for bit those of
+      calling ``run_segment(x)`` directly with the same random numbers; the output
+      requires grad exactly when ``x`` or one of ``params`` does.
+    - Gradients go where autograd puts them and nowhere else: ``.backward()`` adds each
+      one to the ``.grad`` already there, and ``torch.autograd.grad`` changes no
+      ``.grad`` at all.
     - Memory: between forward and backward the Function keeps no tensor that
-      ``run_segment`` computed; ``run_segment`` runs once in forward and once more
-      in each backward.
+      ``run_segment`` computed, and after a backward without ``retain_graph`` it keeps
+      no tensor at all; ``run_segment`` runs once in forward and once more in each
+      backward.
     - Random numbers: code that draws after the forward, or after the backward, draws
       the same numbers as it would after calling ``run_segment(x)`` directly.
     - Nothing the caller can see changes: ``x`` keeps its values and its
-      ``requires_grad``, and a second backward through the same graph
-      (``retain_graph=True``) gives the same gradients again.
+      ``requires_grad``, every ``params`` tensor keeps its ``requires_grad``, no tensor
+      that does not require grad gets a ``.grad``, and a second backward through the
+      same graph (``retain_graph=True``) gives the same gradients again.
     """
 
     @staticmethod
@@ -519,15 +529,16 @@ def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments:
 
     Contract (``n = len(layers)``):
 
-    - Returns ``run_layers(layers, x)``: the same value and, bit for bit, the same
-      gradients for ``x`` (when it requires grad) and for every parameter of every
-      ``nn.Module`` layer that requires grad, dropout included.
+    - Returns ``run_layers(layers, x)``: the same value (dtype, shape and
+      ``requires_grad`` included) and, bit for bit, the same gradients for ``x`` (when
+      it requires grad) and for every parameter of every ``nn.Module`` layer that
+      requires grad, dropout included.
     - The layers are cut into ``segments`` consecutive pieces as
       :func:`segment_bounds` cuts them; each is a :class:`CheckpointSegment`.
       After the forward only the inputs of the segments are kept; the backward
       recomputes one segment at a time, so every layer runs exactly once in the
       forward and exactly once more in the backward, the last segment's included.
-    - Random numbers, the caller's ``x`` and a second backward: as
+    - Where gradients go, random numbers, the caller's tensors and a second backward: as
       :class:`CheckpointSegment` promises.
     - Works on any call: other layers, sizes, dtypes and shapes than the previous call.
       Do not use ``torch.utils.checkpoint``.
@@ -540,15 +551,15 @@ def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments:
         layers: a non-empty sequence (list, tuple, ``nn.ModuleList``, ``nn.Sequential``)
             of callables: ``nn.Module`` s, with or without parameters, frozen or not, or
             plain functions such as ``torch.tanh``.
-        x: the input tensor: any shape, dtype, device, contiguous or not; may or may
-            not require grad.
-        segments: an int in ``1 .. n``; ``None`` means ``round(sqrt(n))``, rounded to the
-            nearest int (``n = 7``: 3 segments; ``n = 10``: 3).
+        x: the input tensor: any shape, dtype, contiguous or not, requiring grad or not,
+            on any device (graded on CPUs only).
+        segments: a Python int in ``1 .. n``. ``None`` means ``round(sqrt(n))``, rounded
+            to the nearest int: 3 segments for ``n = 7`` and for ``n = 10``.
 
     Raises:
         ValueError: at the call, for no layers, a layer that is not callable, ``x``
-            not a tensor, or ``segments`` not an int in ``1 .. n`` (bools are not ints
-            here).
+            not a tensor, or ``segments`` not a Python int in ``1 .. n`` (bools and numpy
+            integers are not ints here).
     """
     # BEGIN SOLUTION 4.3
     layers = list(layers)
@@ -589,30 +600,39 @@ def train_step(
     - ``stages[s]`` is stage ``s`` of the model, already on device ``s % K``
       (``workers.devices[s % K]``); the model is the stages one after the other.
     - The step follows :func:`one_f_one_b` when ``v = 1`` and
-      :func:`interleaved_one_f_one_b` when ``v >= 2``: every device runs exactly the
-      actions of its row of that schedule, in that order.
+      :func:`interleaved_one_f_one_b` when ``v >= 2``, as they return it for this
+      call's K, M (and v): every device runs exactly the actions of its row of that
+      schedule, in that order.
     - Gradients: afterwards every parameter's ``.grad`` has grown by the gradient of
-      the mean of ``loss_fn`` over the whole batch, run through all stages without a
-      pipeline (within floating-point rounding); ``inputs`` and ``targets`` are split
-      along dim 0 into M microbatches.
+      the mean of ``loss_fn`` over the whole batch, run through all stages without
+      a pipeline (within floating-point rounding): the step adds to the gradients
+      already there, and zeroing them between steps is the caller's. ``inputs`` and
+      ``targets`` are split along dim 0 into M microbatches.
+    - Every call is a step of its own: called again on the same stages, with another M
+      too, it follows that call's schedule and adds that step's gradients.
     - Memory: the peak number of microbatches whose activations a device holds, as
       measured while the step runs, is what ``minitorch.schedules.simulate`` predicts
       for that schedule (``Timeline.peak_in_flight``).
-    - Returns the executor's :class:`~minitorch.executor.StepReport` (the batch loss,
-      what each device ran, the peaks).
-    - Bounded: an error in a stage is raised, not hung on; no wait lasts longer than
-      ``workers.timeout``.
+    - Returns the executor's :class:`~minitorch.executor.StepReport` of this step (the
+      batch loss, what each device ran, the peaks).
+    - Bounded: an error in a stage reaches the caller (the stage's own exception), not
+      hung on; no wait lasts longer than ``workers.timeout``.
 
     Args:
         workers: the provided :class:`~minitorch.runtime.StageWorkers`, one per device.
-        stages: ``K * v >= 1`` ``nn.Module`` s, a multiple of ``K``.
+        stages: a sequence (list, tuple, ``nn.ModuleList``) of ``K * v >= 1``
+            ``nn.Module`` s, a multiple of ``K``.
         inputs, targets: ``[batch, ...]`` tensors with ``batch >= M``.
         loss_fn: ``loss_fn(output, target)``, the mean loss of a microbatch.
-        num_microbatches: ``M``, an int ``>= 1``; a multiple of ``K`` when ``v >= 2``.
+        num_microbatches: ``M``, an int ``>= 1``. With ``v = 1`` any M: the step follows
+            :func:`one_f_one_b`. With ``v >= 2`` a multiple of ``K``: the step follows
+            :func:`interleaved_one_f_one_b`, whose rule that is (for its own ``v = 1``
+            too, a schedule a step with ``v = 1`` never asks for).
 
     Raises:
-        ValueError: ``len(stages)`` is not a positive multiple of ``K``, or ``M`` is not
-            valid for the schedule (as your schedule functions raise it).
+        an exception, when ``len(stages)`` is not a positive multiple of ``K`` or ``M``
+            is not valid for the schedule: the ValueError your schedule functions or the
+            executor raise is right, and which class is not graded.
     """
     # BEGIN SOLUTION 4.4
     num_devices = workers.num_stages
@@ -648,30 +668,36 @@ def estimate(model: Model, cluster: Cluster, batch: int, t: int, p: int, microba
     traffic then leaves the node).
 
     Args:
-        model: a :class:`Model` (any sizes); not changed.
-        cluster: a :class:`Cluster` (any sizes and speeds); not changed.
+        model: a :class:`Model` (any sizes).
+        cluster: a :class:`Cluster` (any sizes and speeds, given as ints or floats).
         batch: the global batch, in sequences: an int >= 1.
         t, p: ints >= 1.
-        microbatch: sequences per microbatch: an int >= 1.
+        microbatch: sequences per microbatch: an int >= 1; 1 when left out.
 
     Returns:
-        A new :class:`Estimate`: the plan's ``t``, ``p``, ``d``; ``microbatches``, the
-        microbatches each pipeline runs per step; the five time terms in seconds
-        (``compute_s``, ``bubble_s``, ``tensor_parallel_s``, ``pipeline_s``,
-        ``data_parallel_s``) and the two memory terms per GPU in bytes (``state_bytes``,
-        ``activation_bytes``), each exactly what the write-up's cost model counts;
-        ``flops_per_gpu``, the model FLOPs one GPU does per step (recomputation included);
-        ``memory_limit``, the cluster's memory per GPU.
+        An :class:`Estimate` of the plan, each number what the write-up's cost model counts:
+
+        - ``t``, ``p``, ``d``: the plan; ``microbatches``: the microbatches each pipeline runs per step;
+        - ``flops_per_gpu``: the model FLOPs one GPU does per step (recomputation included);
+        - ``compute_s``: seconds of computing those FLOPs;
+        - ``bubble_s``: seconds of 1F1B's bubble;
+        - ``tensor_parallel_s``: seconds of the tensor-parallel all-reduces;
+        - ``pipeline_s``: seconds of the transfers between pipeline stages;
+        - ``data_parallel_s``: seconds of the data-parallel all-reduce of the gradients;
+        - ``state_bytes``: bytes of training state per GPU;
+        - ``activation_bytes``: bytes of activations per GPU;
+        - ``memory_limit``: the cluster's memory per GPU.
+
+        ``t``, ``p``, ``d`` and ``microbatches`` are ints, every other field a float.
 
     Guarantees:
         Every number within relative 1e-6 of the cost model's value (a term the model makes
-        zero is zero within 1e-9 of the step time or of the memory limit). Calls are
-        independent: no state is kept between them.
+        zero is zero within 1e-9 of the step time or of the memory limit). A call's result
+        depends only on its arguments: no state is kept between calls.
 
     Raises:
         ValueError: at the call, when ``batch``, ``t``, ``p`` or ``microbatch`` is not an
-            int >= 1 (a bool is not one), or when the plan is not valid; the message says
-            which condition failed.
+            int >= 1 (a bool or a numpy integer is not one), or when the plan is not valid.
     """
     # BEGIN SOLUTION 5.1
     for name, value in (("batch", batch), ("t", t), ("p", p), ("microbatch", microbatch)):
@@ -708,7 +734,7 @@ def estimate(model: Model, cluster: Cluster, batch: int, t: int, p: int, microba
         compute_s=compute, bubble_s=compute * (p - 1) / m,
         tensor_parallel_s=tensor_parallel, pipeline_s=pipeline, data_parallel_s=data_parallel,
         state_bytes=16 * local_parameters, activation_bytes=stored_inputs + working_layer,
-        flops_per_gpu=flops_per_gpu, memory_limit=cluster.memory_bytes,
+        flops_per_gpu=flops_per_gpu, memory_limit=float(cluster.memory_bytes),
     )
     # END SOLUTION
 
@@ -722,20 +748,20 @@ def best_plan(model: Model, cluster: Cluster, batch: int, microbatch: int = 1) -
     ones this module's ``estimate`` returns for it, looked up when ``best_plan`` runs.
 
     Args:
-        model, cluster: as for :func:`estimate`; not changed.
-        batch, microbatch: ints >= 1, as for :func:`estimate`.
+        model, cluster: as for :func:`estimate`.
+        batch, microbatch: ints >= 1, as for :func:`estimate` (``microbatch`` 1 when left out).
 
     Returns:
-        The :class:`Estimate` of the fitting plan with the smallest ``step_s`` (when several
-        are within relative 1e-9 of the smallest, any one of them), or ``None`` when no valid
-        plan fits, including when no plan is valid at all.
+        The :class:`Estimate` that ``estimate`` returns for the fitting plan with the smallest
+        ``step_s`` (when several are within relative 1e-9 of the smallest, any one of them),
+        or ``None`` when no valid plan fits, including when no plan is valid at all.
 
     Guarantees:
-        Calls are independent: no state is kept between them.
+        A call's result depends only on its arguments: no state is kept between calls.
 
     Raises:
         ValueError: at the call, when ``batch`` or ``microbatch`` is not an int >= 1 (a bool
-            is not one).
+            or a numpy integer is not one).
     """
     # BEGIN SOLUTION 5.2
     for name, value in (("batch", batch), ("microbatch", microbatch)):

@@ -28,9 +28,15 @@ AUTOGRADER_S = 300
 
 
 def run_autograder(root: Path, python: str = sys.executable) -> dict:
+    return run_autograder_with_log(root, python)[0]
+
+
+def run_autograder_with_log(root: Path, python: str = sys.executable) -> tuple[dict, str]:
+    """Gradescope's results.json (what the student sees) and the autograder's own stdout (what
+    Gradescope shows the staff only)."""
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": python, "AUTOGRADER_TIMEOUT": str(AUTOGRADER_S - 30)}
     result = subprocess.run(
         [str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True, timeout=AUTOGRADER_S
     )
     assert result.returncode == 0, result.stderr
-    return json.loads((root / "results" / "results.json").read_text())
+    return json.loads((root / "results" / "results.json").read_text()), result.stdout

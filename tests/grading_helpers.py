@@ -5,11 +5,8 @@ Grading in the test process shares one forkserver (torch already imported) acros
 from __future__ import annotations
 
 import importlib
-import io
 import time
 from pathlib import Path
-
-import torch
 
 from grader.checks.judging import Fail, observed
 from grader.checks.recording import Tampered, Unusable
@@ -19,6 +16,7 @@ from grader.layout import REPOSITORY as REPO
 from grader.layout import STUDENT_FILES
 from grader.processes import processes_of
 from grader.protocol import Report
+from grader.result_file import decode, encode
 from grader.rubric import check_modules, load_rubric
 from grader.submission import load_submission
 from kit.handout import strip_solutions
@@ -58,8 +56,8 @@ def leftover_processes(uid: int, wait: float = 2.0) -> list[str]:
 def observe_and_judge(checks, name: str, seed: int, params: dict | None = None):
     """One check, in this process, along the grader's path: ``observe_<name>`` (as the child
     runs it; what the child reports as a failure is raised as :class:`Fail`), the observation
-    made plain data, through ``torch.save`` and ``torch.load(weights_only=True)``, wrapped by
-    ``observed``, then ``judge_<name>``. ``checks`` is a one-module check, or a check string
+    made plain data, written and read back as the child's report (:mod:`grader.result_file`),
+    wrapped by ``observed``, then ``judge_<name>``. ``checks`` is a one-module check, or a check string
     ``"problem2.clock_cycles:schedule"`` (then ``name`` may be None)."""
     if isinstance(checks, str):
         observe_module, judge_module = check_modules(checks)
@@ -74,7 +72,5 @@ def observe_and_judge(checks, name: str, seed: int, params: dict | None = None):
         raise Fail(str(tampered), details={"tampered": tampered.names}) from tampered
     except Unusable as unusable:
         raise Fail(str(unusable)) from unusable
-    buffer = io.BytesIO()
-    torch.save(observation, buffer)
-    buffer.seek(0)
-    return getattr(judge_side, f"judge_{name}")(seed, params, observed(torch.load(buffer, weights_only=True)))
+    envelope = decode(encode({"kind": "observation", "observation": observation}))
+    return getattr(judge_side, f"judge_{name}")(seed, params, observed(envelope["observation"]))

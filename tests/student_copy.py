@@ -32,7 +32,11 @@ def borrow_environment(kit: Path) -> Path:
     target = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                             check=True, capture_output=True, text=True, timeout=60).stdout.strip()
     Path(target, "borrowed-packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    (venv / ".installed").touch()  # newer than requirements.txt: make installs nothing
+    # The stamps the kit's Makefile reads (kit/templates/venv.mk: one per Python, and the report's),
+    # newer than the requirements: make installs nothing and never probes the torch index.
+    version = "{}.{}".format(*sys.version_info[:2])
+    for stamp in (f".installed-python{version}", f".installed-report-python{version}"):
+        (venv / stamp).touch()
     return python
 
 

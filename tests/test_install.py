@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import glob
+import importlib.metadata
 import os
 import re
 import shutil
@@ -165,13 +166,19 @@ def find_python(version: str) -> str | None:
 
 
 def import_names() -> list[str]:
-    """The import names of every requirement (``pytest-timeout`` -> ``pytest_timeout``)."""
+    """The import names of every requirement: what its installed distribution provides
+    (``markdown-it-py`` -> ``markdown_it``), else its own name (``pytest-timeout`` -> ``pytest_timeout``)."""
+    provided: dict[str, list[str]] = {}
+    for module, distributions in importlib.metadata.packages_distributions().items():
+        for distribution in distributions:
+            provided.setdefault(normalize(distribution), []).append(module)
     names = []
     for requirements in LOCK_INPUTS:
         for line in (REPO / requirements).read_text().splitlines():
             line = line.split("#", 1)[0].strip()
             if line:
-                names.append(normalize(Requirement(line).name).replace("-", "_"))
+                name = normalize(Requirement(line).name)
+                names += provided.get(name, [name.replace("-", "_")])
     return names
 
 

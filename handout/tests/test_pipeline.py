@@ -450,11 +450,15 @@ def test_stage_exception_reaches_caller_and_pipe_is_reusable(pipe_factory):
     workers = pipe.workers
     caught = raised_by(lambda: pipe(torch.randn(6, 6)), StageFailure, "3 stages, 6 rows at split_size 2, stage 1 "
                        "raises on microbatch 1")
-    assert caught is stages[1].raised, "contract (Raises): the stage's own exception object, not a copy or a wrapper"
+    assert caught is stages[1].raised, (
+        f"contract (Raises): the caller got a {type(caught).__name__} ({caught}) that is not the object stage 1 "
+        "raised; expected that very object, not a copy or a wrapper")
     stages[1].fail = False
     x = torch.randn(6, 6)
     torch.testing.assert_close(pipe(x), run_sequentially(stages, x), rtol=RTOL, atol=ATOL,
-                               msg="the next call is wrong: receive the rest of the wave before raising")
+                               msg=lambda m: "the call after the failed one is not the stages run in sequence "
+                                             f"({m}); a result of the failed call's wave left in the workers does "
+                                             "this: receive the rest of the wave before raising")
     assert pipe.workers is workers, "contract (Guarantees): after an error the Pipe runs on new workers: self.workers serves every call"
 
 

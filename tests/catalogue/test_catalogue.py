@@ -79,8 +79,8 @@ RUN_TOKEN = "@RUN_TOKEN@"
 # mistake in one part cannot cost another (2.1 and 2.4 entries say `only`; 2.3 needs GPUs).
 # Grading fewer criteria keeps the catalogue fast.
 DEFAULT_ONLY = ["2.2"]
-# Problem 3's criteria run the grader's own pieces in place of the other sub-problems' (see
-# grader/checks/tp_pieces.py). For each sub-problem, at least one entry with a mistake in it grades
+# Problem 3's criteria run the grader's own pieces in place of the other sub-problems' where the
+# student's own fail (the fallback; grader/checks/problem3/pieces.py). For each sub-problem, at least one entry with a mistake in it grades
 # all of Problem 3: the proof that its mistake costs no other sub-problem's criteria. The other
 # entries of that sub-problem may grade less (test_each_tensor_parallel_piece_is_graded_against_all_of_problem_3).
 TP_PIECES = ("3.1", "3.2", "3.3", "3.4", "3.5")
@@ -247,6 +247,9 @@ PARITY_ENTRIES = [
     "reraise-copy",                 # a copy of the stage's exception, not the stage's own
     "pipe-retries-timeouts",        # a timed-out stage call submitted again
     "clock-cycles-cache-skips-checks",  # a cache hit answers clock_cycles(True, 3) after clock_cycles(1, 3)
+    "plan-pipeline-no-returning-gradient",  # a factor of 2 in one term of 5.1 (once hidden by a wide tolerance)
+    "plan-data-parallel-half-ring",         # (d - 1)/d for 2(d - 1)/d
+    "plan-search-memory-below-the-limit",   # < for <= at exactly the memory of a GPU
 ]
 
 PARITY_PLUGIN = '''

@@ -61,7 +61,7 @@ def test_grouping_keeps_the_latest_resubmission_and_the_late_mark():
     assert ada.superseded == ["lovelaceada_101_9001_pipeline.py"]
     assert (alan.late, alan.files["hw.zip"].entry) == (False, "turingalan_102_9002_hw-2.zip")
     assert ada.note() == ("lovelaceada_101: graded lovelaceada_LATE_101_9001_pipeline-1.py; "
-                          "older upload(s) not graded: lovelaceada_101_9001_pipeline.py")
+                          "older upload not graded: lovelaceada_101_9001_pipeline.py")
     assert alan.superseded == ["turingalan_102_9002_hw.zip", "turingalan_102_9002_hw-1.zip"]
 
 
@@ -254,4 +254,42 @@ def test_an_unpacked_download_beside_student_folders(tmp_path):
     assert notes == [f"Canvas download: 2 students (1 late), unpacked into {tmp_path / 'unpacked'}; "
                      "1 older upload(s) not graded",
                      "lovelaceada_101: graded lovelaceada_LATE_101_9001_pipeline-1.py; "
-                     "older upload(s) not graded: lovelaceada_LATE_101_9001_pipeline.py"]
+                     "older upload not graded: lovelaceada_LATE_101_9001_pipeline.py"]
+
+
+@pytest.mark.parametrize("without_gpu, points_possible, expected", [
+    (True, 90, None),  # a class graded without GPUs: CPU scores out of 90, the assignment set to 90 as documented
+    (True, 100, "WARNING: the scores are out of 90 but the Canvas assignment 'HW5 (77)' is worth 100 points"),
+    (False, 100, None),  # the cell waits for the GPU merge, whose scores are out of 100
+    (False, 90, "WARNING: the scores are out of 100 but the Canvas assignment 'HW5 (77)' is worth 90 points"),
+    (True, None, "the Canvas file's scores are out of 90; the assignment's points cannot be checked"),
+    (False, None, "the Canvas file's scores are out of 100; the assignment's points cannot be checked"),
+])
+def test_the_canvas_points_check_and_its_neighbours_follow_canvas_without_gpu(tmp_path, without_gpu, points_possible,
+                                                                            expected):
+    """Issue 28, item 2: under --canvas-without-gpu the check compared the full 100 with Canvas."""
+    roster = ROSTER.replace("HW5 Model Parallelism (77)", "HW5 (77)")
+    if points_possible is None:
+        roster = roster.replace("    Points Possible,,,,,100\n", "")
+    (tmp_path / "export.csv").write_text(roster.replace(",,,,,100", f",,,,,{points_possible}"))
+    reports = gradebook.reports_folder(tmp_path / "grades.csv")
+    ada = StudentGrade("ada", Path("ada"), reports / "ada.json", score=80.0, max_score=100.0, problems={"2.1": 80.0},
+                       flags=["blocked_points=10"])
+    options = gradebook.Options(canvas=tmp_path / "canvas.csv", assignment="HW5 (77)", roster=tmp_path / "export.csv",
+                                canvas_without_gpu=without_gpu)
+    lines: list[str] = []
+    gradebook.finish([ada], [discovery.Student("ada", Path("ada"), [])], tmp_path / "grades.csv", options, "run",
+                     progress=lines.append)
+    points = [line for line in lines if "out of" in line]
+    if expected is None:
+        assert points == [], lines
+    else:
+        (line,) = points
+        assert line.startswith(expected), line
+    flipped = "pass --canvas-without-gpu" if not without_gpu else "grade without --canvas-without-gpu"
+    assert (flipped in " ".join(points)) == (points_possible is not None and expected is not None)
+    waiting = [line for line in lines if "an EMPTY cell" in line]
+    assert len(waiting) == (0 if without_gpu else 1), lines
+    (row,) = read_csv(tmp_path / "canvas.csv")
+    assert row["HW5 (77)"] == ("80" if without_gpu else "")
+

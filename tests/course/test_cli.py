@@ -10,7 +10,7 @@ from grader.layout import REPOSITORY as REPO
 
 def test_class_commands_live_in_the_course_and_grade_in_both():
     commands = course_cli.parser()._subparsers._group_actions[0].choices  # argparse keeps them here
-    assert set(commands) == {"batch", "dashboard", "slurm", "grade"}
+    assert set(commands) == {"batch", "dashboard", "feedback", "import-gradescope", "slurm", "grade"}
     assert set(grader_cli.COMMANDS) == {"grade"}
 
 

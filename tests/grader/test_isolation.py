@@ -48,15 +48,15 @@ def test_children_drop_root(report):
 
 
 def test_hiding_plan_keeps_only_a_virtualenv_inside_the_repository(monkeypatch, tmp_path):
-    from grader import harness
+    from grader.sandbox import plan
 
     venv = REPO / ".venv-example"
     site = venv / "lib" / "site-packages"
-    monkeypatch.setattr(harness, "_python_folders", lambda: [REPO, REPO / "tests", site, Path("/usr/lib/python3")])
+    monkeypatch.setattr(plan, "_python_folders", lambda: [REPO, REPO / "tests", site, Path("/usr/lib/python3")])
     monkeypatch.setattr(sys, "prefix", str(venv))
     monkeypatch.setattr(sys, "exec_prefix", str(venv))
-    assert harness.hiding_plan(tmp_path) == ((str(REPO.resolve()), (str(site),)),)
-    assert harness.hiding_plan(REPO / "scratch") == ()  # the children's tree would be hidden too
+    assert plan.hiding_plan(tmp_path) == ((str(REPO.resolve()), (str(site),)),)
+    assert plan.hiding_plan(REPO / "scratch") == ()  # the children's tree would be hidden too
 
 
 FORKSERVER_ENVIRONMENT = '''
@@ -92,11 +92,11 @@ def test_a_check_modules_own_preload_reaches_the_forkserver_only():
     from multiprocessing import forkserver
 
     import grader.checks.problem2.clock_cycles.observe  # noqa: F401 - forkserver_context reads the imported modules
-    import grader.checks.problem4  # noqa: F401
+    import grader.checks.problem4.recompute.observe  # noqa: F401
     from grader.harness import forkserver_context
 
     try:
-        forkserver_context(["grader.checks.problem4"])
+        forkserver_context(["grader.checks.problem4.recompute.observe"])
         assert "torch.fx.experimental.symbolic_shapes" in forkserver._forkserver._preload_modules
         forkserver_context(["grader.checks.problem2.clock_cycles.observe"])
         assert forkserver._forkserver._preload_modules == ["torch", "grader.child", "grader.checks.problem2.clock_cycles.observe"]

@@ -99,6 +99,30 @@ def test_the_allowlist_flags_what_the_homework_does_not_need(source, expected):
     assert names(source) == expected
 
 
+# --- tools that rewrite execution or results, and aliases of what the grader relies on -------
+@pytest.mark.parametrize("source, expected", [
+    ("import threading\nthreading.settrace(lambda *a: None)\n", [(2, "rewrites execution: threading.settrace")]),
+    ("import threading\nthreading.setprofile_all_threads(print)\n",
+     [(2, "rewrites execution: threading.setprofile_all_threads")]),
+    ("from torch.overrides import TorchFunctionMode\n", [(1, "rewrites execution: torch.overrides")]),
+    ("import torch\nlib = torch.library.Library('aten', 'IMPL')\n", [(2, "rewrites execution: torch.library")]),
+    ("import torch\nw = torch.load('w.pt')\n", [(2, "torch.load without weights_only=True (a pickle runs code)")]),
+    ("import torch\nw = torch.load('w.pt', weights_only=False)\n", [(2, "torch.load without weights_only=True (a pickle runs code)")]),
+    ("import torch\nw = torch.load('w.pt', weights_only=True)\n", []),
+    ("import torch\n_T = torch.Tensor\n_T.equal = None\n", [(3, "assigns torch.Tensor.equal")]),
+    ("import torch\nA = torch\nB = A.Tensor\nB.to = None\n", [(4, "assigns torch.Tensor.to")]),  # an alias of an alias
+    ("import torch\nfor T in (torch.Tensor,):\n    T.to = None\n", [(3, "assigns torch.Tensor.to")]),
+    ("import contextlib\nimport torch\nwith contextlib.nullcontext(torch.Tensor) as T:\n    T.to = None\n",
+     [(4, "assigns torch.Tensor.to")]),
+    ("import torch\nT = getattr(torch, 'Tensor')\nsetattr(T, 'to', None)\n", [(3, "assigns torch.Tensor.to")]),
+    ("import torch\nT, U = torch.Tensor, 1\nT.to = None\n", [(3, "assigns torch.Tensor.to")]),
+    ("import torch\nT = type(torch.zeros(1))\nT.to = None\n", [(3, "assigns type(...).to")]),
+    ("import torch\nx = torch.zeros(3)\nx.requires_grad = True\n", []),  # a tensor it made is its own
+])
+def test_the_scan_flags_what_rewrites_execution_and_aliases_it_resolves(source, expected):
+    assert names(source) == expected
+
+
 def test_a_coding_line_other_than_utf8_is_a_finding():
     source = b"# -*- coding: utf-7 -*-\n# +AAo-import os\nx = 1\n"
     (finding,) = scan_source("pipeline.py", source, FORBIDDEN)

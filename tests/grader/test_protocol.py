@@ -54,64 +54,138 @@ def test_a_malformed_envelope_says_what_is_wrong(envelope, why):
         check_envelope(envelope)
 
 
-# --- a child's serialised report, bounded before any object is built ---------------------------
-def _pickled(value) -> bytes:
-    import pickle
+# --- a child's report on the wire: JSON plus safetensors, bounded while it is read ----------------
+def _round_trip(value):
+    from grader.result_file import decode, encode
 
-    return pickle.dumps(value, protocol=2)
-
-
-def test_check_pickle_accepts_an_ordinary_observation():
-    from grader.protocol import check_pickle
-
-    check_pickle(_pickled({"kind": "observation", "observation": {"runs": [{"case": [i, 2], "rows": list(range(50))}
-                                                                           for i in range(200)]}}))
+    return decode(encode({"kind": "observation", "observation": value}))["observation"]
 
 
-@pytest.mark.parametrize("levels", [25, 40])
-def test_check_pickle_refuses_shared_references_that_unfold_into_too_many_objects(levels):
-    from grader.protocol import TooLarge, check_pickle
-
-    bomb: list = []
-    for _ in range(levels):
-        bomb = [bomb, bomb]
-    data = _pickled({"kind": "observation", "observation": bomb})
-    assert len(data) < 2048
-    with pytest.raises(TooLarge, match="objects"):
-        check_pickle(data)
-
-
-def test_check_pickle_refuses_deep_nesting_and_a_container_filled_after_it_was_memoised():
-    from grader.protocol import TooLarge, check_pickle
-
-    deep: list = []
-    for _ in range(150):
-        deep = [deep]
-    with pytest.raises(TooLarge, match="deeper"):
-        check_pickle(_pickled(deep))
-    shared = list(range(1000))
-    with pytest.raises(TooLarge):  # the memo entry is counted in full wherever it is read again
-        check_pickle(_pickled([shared] * 2000), max_nodes=1_000_000)
-
-
-def test_a_forged_result_file_is_garbage_quickly(tmp_path):
-    import io
-    import time
+def _same(a, b) -> bool:
+    """Equal, with the same types all the way down (tuple is not list, 1 is not 1.0 or True)."""
+    import math
 
     import torch
 
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(type(k) is type(j) for k, j in zip(a, b)) and all(_same(a[k], b[k]) for k in a)
+    return a == b and (not isinstance(a, float) or math.copysign(1, a) == math.copysign(1, b))
+
+
+def test_a_report_reads_back_as_what_plain_copy_built():
+    import math
+
+    import torch
+
+    from grader.child import plain_copy
+
+    observation = plain_copy({
+        "runs": [(0, 1), (1, 0)], 3: {7: "seven", "x": [None, True, 2, 2.0, -0.0]}, "text": "é \ud800 \x1b",
+        "floats": (math.nan, math.inf, -math.inf, 1e308, 5e-324), "big": 2**80,
+        "tensors": [torch.zeros(0), torch.zeros(0, 3), torch.tensor(1.5, dtype=torch.float64), torch.tensor(True),
+                    torch.arange(6).reshape(2, 3).t(), torch.randn(2, 2, requires_grad=True),
+                    torch.ones(3, dtype=torch.float32), torch.tensor([True, False]), torch.zeros(2, dtype=torch.int64)],
+    })
+    back = _round_trip(observation)
+    assert _same(back, observation), back
+    assert _same(back, _round_trip(back))
+    assert not _same((1,), [1]) and not _same({1: 0}, {"1": 0}) and not _same([1], [1.0])  # the check itself can fail
+
+
+@pytest.mark.parametrize("value", [{1, 2}, object(), b"bytes", {(1, 2): 3}, 1j])
+def test_what_the_format_cannot_hold_is_refused_when_written(value):
+    from grader.result_file import encode
+
+    with pytest.raises(TypeError, match="cannot be reported"):
+        encode({"kind": "observation", "observation": [value]})
+
+
+def _forged(structure: str, tensors: dict | None = None, metadata: dict | None = None) -> bytes:
+    from safetensors.torch import save
+
+    return save(tensors or {}, metadata={"envelope": structure} if metadata is None else metadata)
+
+
+@pytest.mark.parametrize("data, why", [
+    (b"", "too short"),
+    (b"\x10\x00\x00\x00\x00\x00\x00\x00{}", "cut short"),
+    (b"\x02\x00\x00\x00\x00\x00\x00\x00[]", "header is not a mapping"),
+    (_forged("", metadata={"other": "x"}), "has no envelope"),
+    (_forged("[1, 2]"), "not a mapping"),
+    (_forged('{"set": [1]}'), "a 'set' value the format does not know"),
+    (_forged('{"tuple": [1], "dict": []}'), "not one of the format's tagged values"),
+    (_forged('{"dict": [["k"]]}'), "not a [str or int key, value] pair"),
+    (_forged('{"dict": [["t", {"tensor": 0}]]}'), "a 'tensor' value the format does not know"),
+    (_forged('{"dict": [["nan", NaN]]}'), "bare constant NaN"),
+    (_forged('{"dict": [["x", 1]]'), "unreadable"),
+])
+def test_a_malformed_report_says_what_is_wrong(data, why):
+    from grader.result_file import Malformed, decode
+
+    with pytest.raises(Malformed, match=why.replace("[", r"\[").replace("(", r"\(")):
+        decode(data)
+
+
+def test_a_tensor_is_read_once_so_nothing_is_shared():
+    import torch
+
+    from grader.result_file import Malformed, decode
+
+    data = _forged('{"dict": [["a", {"tensor": 0}], ["b", {"tensor": 0}]]}', {"t0": torch.zeros(2)})
+    with pytest.raises(Malformed, match="'tensor' value"):
+        decode(data)
+
+
+@pytest.mark.parametrize("bomb, why", [
+    ('{"dict": [["o", ' + "[" * 101 + "]" * 101 + "]]}", "nests deeper than 100 levels"),
+    ('{"dict": [["o", ' + "[" * 100_000 + "]" * 100_000 + "]]}", "nests deeper than 100 levels"),
+    ('{"dict": [["o", [' + ",".join(["0"] * 1_000_001) + "]]]}", "more than 1000000 values"),
+])
+def test_the_reader_bounds_nesting_and_values(bomb, why):
+    from grader.result_file import TooLarge, decode
+
+    with pytest.raises(TooLarge, match=why):
+        decode(_forged(bomb))
+
+
+def test_the_reader_bounds_the_tensors_and_the_structure_before_parsing_them(monkeypatch):
+    import struct
+
+    import torch
+
+    from grader import result_file
+    from grader.result_file import TooLarge, decode
+
+    many = _forged("{}", {f"t{i}": torch.zeros(1) for i in range(result_file.MAX_TENSORS + 1)})
+    with pytest.raises(TooLarge, match="tensors"):
+        decode(many)
+    claimed = struct.pack("<Q", result_file.MAX_HEADER_BYTES + 1) + b"{" + b" " * result_file.MAX_HEADER_BYTES
+    with pytest.raises(TooLarge, match="structure takes more than"):
+        decode(claimed)
+
+
+def test_a_forged_result_file_is_garbage_quickly(tmp_path):
+    import time
+
     from grader.harness import _read_result
 
-    bomb: list = []
-    for _ in range(40):
-        bomb = [bomb, bomb]
-    cases = {"shared": bomb, "cycle": (cycle := []), "expanded": torch.zeros(1).expand(10**9)}
-    cycle.append(cycle)
-    for name, value in cases.items():
-        buffer = io.BytesIO()
-        torch.save({"kind": "observation", "observation": value}, buffer)
-        (tmp_path / name).write_bytes(buffer.getvalue())
+    cases = {
+        "nested": _forged('{"dict": [["kind", "observation"], ["observation", ' + "[" * 200_000 + "]" * 200_000 + "]]}"),
+        "oversized": b"\x00" * (16 * 1024 * 1024 + 1),
+        "junk": b"\xff" * 1000,
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
         started = time.monotonic()
         read = _read_result(tmp_path / name, 16 * 1024 * 1024)
-        assert read["kind"] == "garbage" and "too large" in read["message"], (name, read)
+        assert read["kind"] == "garbage", (name, read)
+        assert ("too large" if name != "junk" else "not in the grader's format") in read["message"], (name, read)
         assert time.monotonic() - started < 5, name

@@ -78,3 +78,36 @@ def test_gradescope_and_canvas_uploads(tmp_path):
         download.writestr("lovelaceada_101_9002_tensor_parallel.py", TENSOR)
     students, _ = discovery.discover(tmp_path / "download.zip", tmp_path / "unpacked")
     assert load_submission(students[0].path).files == {"pipeline.py": PIPELINE, "tensor_parallel.py": TENSOR}
+
+
+@pytest.mark.slow  # one criterion graded by the real grader in a subprocess
+def test_the_note_reaches_the_json_report_and_the_terminal(tmp_path):
+    """Issue 28, item 6: the note was promised, but only Gradescope's wrapper wrote one."""
+    import json
+    import subprocess
+    import sys
+
+    from grading_helpers import answer_key_source
+
+    from grader.layout import REPOSITORY
+
+    (tmp_path / "alice").mkdir()
+    (tmp_path / "alice" / "pipeline (1).py").write_text(answer_key_source("pipeline.py"))
+    result = subprocess.run([sys.executable, "-m", "grader", "grade", str(tmp_path / "alice"), "--only", "2.1-schedule",
+                             "--json", str(tmp_path / "alice.json")], cwd=REPOSITORY, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    note = "pipeline.py from pipeline (1).py (a browser's rename of pipeline.py)"
+    assert note in json.loads((tmp_path / "alice.json").read_text())["notes"]
+    assert f"note: {note}" in result.stdout
+
+
+def test_a_plain_folder_says_nothing_about_where_its_files_came_from(tmp_path):
+    from grader.grading import _new_report
+    from grader.rubric import load_rubric
+
+    (tmp_path / "pipeline.py").write_bytes(PIPELINE)
+    (tmp_path / "minitorch").mkdir()
+    (tmp_path / "minitorch" / "tensor_parallel.py").write_bytes(TENSOR)
+    report = _new_report(load_submission(tmp_path), load_rubric(), 1, seed=1)
+    assert report.notes == ["tensor_parallel.py from minitorch/tensor_parallel.py"]

@@ -71,3 +71,100 @@ def test_gradescopes_text_and_score_agree_when_criteria_are_blocked():
     assert total.split()[1] == "8/8" and "10 points graded separately on GPUs" in total
     terminal = next(line for line in summary(report_of(results), RUBRIC).splitlines() if line.startswith("Total"))
     assert terminal.split()[1] == "8/18"
+
+
+# --- What a student sees on Gradescope: only what the rubric's visibility allows (issue 28, item 1) ---
+SECRET = "2.2-backward"
+SECRET_POINTS = next(c.points for c in RUBRIC.criteria if c.id == SECRET)
+NOT_VISIBLE = ("hidden", "after_due_date", "after_published")
+
+
+def rubric_with(visibility: dict[str, str]):
+    from dataclasses import replace
+
+    return replace(RUBRIC, criteria=tuple(replace(c, visibility=visibility.get(c.id, c.visibility)) for c in RUBRIC.criteria))
+
+
+def result(criterion_id, earned, status, message="", output=""):
+    criterion = next(c for c in RUBRIC.criteria if c.id == criterion_id)
+    return Result(id=criterion.id, problem=criterion.problem, title=criterion.title, points=criterion.points,
+                  earned=earned, status=status, message=message, seconds=0.1, output=output)
+
+
+def class_report(secret: str):
+    """2.2-forward passed, 2.1-schedule failed, and the secret criterion "passed", "failed" with
+    a message and printed output, or failed with 2.1-schedule's message ("shared": one line for
+    both when both are shown); a note and a review reason that name it."""
+    secret = {"passed": result(SECRET, SECRET_POINTS, Status.PASSED),
+              "failed": result(SECRET, 0, Status.FAILED, "SECRET-MESSAGE: gradients differ", "SECRET-PRINTED\n"),
+              "shared": result(SECRET, 0, Status.FAILED, "wave 0: expected submit(0)")}[secret]
+    report = report_of([result("2.1-schedule", 0, Status.FAILED, "wave 0: expected submit(0)"),
+                        result("2.2-forward", 4, Status.PASSED), secret,
+                        result("2.3-speedup", 0, Status.BLOCKED, "needs 2 CUDA GPUs")])
+    report.note(f"{SECRET}: your code left 1 process running after the criterion ended")
+    report.flag(f"{SECRET} replaced grader or torch code")
+    return report
+
+
+def secret_traces(text: str, criterion_id: str = SECRET) -> list[str]:
+    criterion = next(c for c in RUBRIC.criteria if c.id == criterion_id)
+    return [trace for trace in (criterion_id, criterion.title, "SECRET-MESSAGE", "SECRET-PRINTED") if trace in text]
+
+
+def test_a_criterion_a_student_may_not_see_leaves_no_trace_in_gradescopes_top_level_output():
+    from grader.report import gradescope
+
+    for visibility in NOT_VISIBLE:
+        rubric = rubric_with({SECRET: visibility})
+        for secret in ("failed", "shared", "passed"):
+            results_json = gradescope(class_report(secret), rubric, 1.0)
+            output = results_json["output"]
+            assert secret_traces(output) == [], (visibility, output)
+            assert "2.2" in output and "4/4" in next(line for line in output.splitlines() if line.startswith("2.2"))
+            assert next(line for line in output.splitlines() if line.startswith("Total")).split()[1] == "4/7"
+            assert "2.1-schedule (3 points): failed" in output  # the visible one keeps its own line
+            earned = SECRET_POINTS if secret == "passed" else 0
+            (test,) = [t for t in results_json["tests"] if t["name"].startswith(SECRET)]
+            assert test["visibility"] == visibility and test["score"] == earned
+            assert results_json["score"] == 4 + earned  # the grade itself is whole
+            assert results_json["stdout_visibility"] == "hidden" and results_json["output_format"] == "text"
+
+
+def test_a_visible_criterion_is_all_there():
+    from grader.report import gradescope
+
+    output = gradescope(class_report("failed"), RUBRIC, 1.0)["output"]
+    assert secret_traces(output) == [SECRET, "SECRET-MESSAGE", "SECRET-PRINTED"]  # failure lines carry no title
+    shared = gradescope(class_report("shared"), RUBRIC, 1.0)["output"]
+    assert f"2.1-schedule, 2.2-backward ({3 + SECRET_POINTS} points): failed: wave 0: expected submit(0)" in shared
+    assert next(line for line in output.splitlines() if line.startswith("2.2")).split()[-1] == f"4/{4 + SECRET_POINTS}"
+
+
+def test_a_hidden_criterion_worth_points_keeps_gradescopes_total_waiting_for_publication():
+    """Gradescope shows the total unless a test waits (after_due_date, after_published); a
+    hidden test's points would show through it."""
+    from grader.report import TOTAL_WAITS, gradescope
+
+    def waiting(visibility):
+        tests = gradescope(class_report("failed"), rubric_with({SECRET: visibility}), 1.0)["tests"]
+        return [t for t in tests if t["name"] == TOTAL_WAITS["name"]]
+
+    assert waiting("hidden") == [TOTAL_WAITS] and TOTAL_WAITS["visibility"] == "after_published"
+    assert waiting("visible") == waiting("after_due_date") == waiting("after_published") == []
+
+
+def test_a_blocked_criterion_a_student_may_not_see_is_not_named_in_the_gpu_note():
+    from grader.report import gradescope
+
+    for visibility in NOT_VISIBLE:
+        output = gradescope(class_report("failed"), rubric_with({"2.3-speedup": visibility}), 1.0)["output"]
+        assert "2.3" not in output and "GPU" not in output, output
+    shown = gradescope(class_report("failed"), RUBRIC, 1.0)["output"]
+    assert "2.3-speedup (10 points, needs 2 CUDA GPUs)" in shown and "10 points graded separately on GPUs" in shown
+
+
+def test_the_staffs_terminal_view_keeps_everything():
+    text = summary(class_report("failed"), rubric_with({SECRET: "hidden"}))
+    assert secret_traces(text) == [SECRET, "SECRET-MESSAGE", "SECRET-PRINTED"] and "replaced grader" in text
+    assert "Not shown to students (Gradescope's text, feedback files): 2.2-backward (hidden)" in text.splitlines()
+    assert "Not shown to students" not in summary(class_report("failed"), RUBRIC)

@@ -1,6 +1,6 @@
 """Graders sharing one machine never touch each other.
 
-Each grader process leases a uid of its own for its children (grader.processes.lease_uid):
+Each grader process leases a uid of its own for its children (grader.sandbox.uids.lease_uid):
 no account owns it, no other grader holds it, and it ran nothing when it was leased, so the
 grader may count and kill everything that uid runs. The last test runs two real graders at
 once, one of them on a submission that kills every process it is allowed to.
@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from grading_helpers import REPO, answer_key_source, write_submission
 
-from grader import processes
-from grader.processes import SlotError, has_account, lease_uid, processes_of, return_uid
+from grader.processes import processes_of
+from grader.sandbox import uids
+from grader.sandbox.uids import SlotError, has_account, lease_uid, return_uid
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="children run as a leased uid only when the grader runs as root")
 TEST_UIDS = 50_000  # the tests lease below this uid, far from the real graders' (below nobody's)
@@ -45,7 +46,7 @@ def test_leases_are_distinct_and_a_returned_one_is_reused():
 @ROOT_ONLY
 def test_a_uid_another_grader_holds_is_skipped():
     below = TEST_UIDS - 100
-    script = "import sys, time\nfrom grader.processes import lease_uid\nprint(lease_uid(int(sys.argv[1]), count=8), flush=True)\ntime.sleep(60)"
+    script = "import sys, time\nfrom grader.sandbox.uids import lease_uid\nprint(lease_uid(int(sys.argv[1]), count=8), flush=True)\ntime.sleep(60)"
     other = subprocess.Popen([sys.executable, "-c", script, str(below)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         theirs = int(other.stdout.readline())
@@ -81,11 +82,11 @@ def test_no_free_uid_is_a_clear_error():
 
 
 def test_a_slot_folder_others_may_write_is_refused(tmp_path, monkeypatch):
-    (tmp_path / processes.SLOT_FOLDER_NAME).mkdir()
-    os.chmod(tmp_path / processes.SLOT_FOLDER_NAME, 0o777)
-    monkeypatch.setattr(processes, "SLOT_PARENTS", (str(tmp_path),))
+    (tmp_path / uids.SLOT_FOLDER_NAME).mkdir()
+    os.chmod(tmp_path / uids.SLOT_FOLDER_NAME, 0o777)
+    monkeypatch.setattr(uids, "SLOT_PARENTS", (str(tmp_path),))
     with pytest.raises(SlotError, match="owned by root and writable by root only"):
-        processes.slot_folder()
+        uids.slot_folder()
 
 
 # ---------------------------------------------------------------------------------------
@@ -162,13 +163,13 @@ def test_a_foreign_process_on_the_leased_uid_is_neither_counted_nor_killed(tmp_p
     counts only what its own children left, never the stranger."""
     from grading_helpers import grade_folder
 
-    from grader import harness
+    from grader import sandbox
 
     uid = lease_uid(TEST_UIDS - 300, count=8)
     stranger = subprocess.run(["sh", "-c", "sleep 60 > /dev/null 2>&1 & echo $!"], user=uid, capture_output=True,
                               text=True, timeout=30, start_new_session=True)
     stranger_pid = int(stranger.stdout)  # re-parented away from this process: not one of the grader's
-    monkeypatch.setattr(harness, "lease_uid", lambda below: uid)
+    monkeypatch.setattr(sandbox, "lease_uid", lambda below: uid)
     sleeper = answer_key_source().replace("        microbatches = list(torch.split(x, self.split_size))", """        import os, time
         if not getattr(Pipe, "_daemon", False):
             Pipe._daemon = True
@@ -182,7 +183,7 @@ def test_a_foreign_process_on_the_leased_uid_is_neither_counted_nor_killed(tmp_p
         report = grade_folder(write_submission(tmp_path / "sleeper", {"pipeline.py": sleeper}), only=["2.2-forward"])
         assert report.environment["children_uid"] == uid
         assert report.results[0].status == "passed", report.results[0].message
-        assert any("2.2-forward: your code left 1 process(es)" in note for note in report.notes), report.notes
+        assert any("2.2-forward: your code left 1 process running" in note for note in report.notes), report.notes
         os.kill(stranger_pid, 0)  # still alive
         assert [int(p["Pid"]) for p in processes_of(uid)] == [stranger_pid]
     finally:

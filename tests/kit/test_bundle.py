@@ -6,7 +6,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from gradescope_helpers import AUTOGRADER_S, run_autograder, unpack
+from gradescope_helpers import AUTOGRADER_S, run_autograder, run_autograder_with_log, unpack
 
 from grader.layout import REPOSITORY as REPO
 from grader.layout import provided_files
@@ -47,8 +47,13 @@ def test_the_bundle_ships_the_grading_engine_and_nothing_else(autograder_zip):
         minitorch_files = {n for n in archive.namelist() if n.startswith("minitorch/")}
     engine = {
         "grader/__init__.py", "grader/__main__.py", "grader/child.py", "grader/cli.py",
-        "grader/gradescope_run.py", "grader/grading.py", "grader/harness.py", "grader/layout.py", "grader/policy.py",
-        "grader/processes.py", "grader/protocol.py", "grader/report.py", "grader/rubric.py", "grader/rubric.toml",
+        "grader/bounded.py", "grader/gpu_results.py", "grader/gradescope_run.py", "grader/grading.py", "grader/harness.py",
+        "grader/layout.py",
+        "grader/policy.py", "grader/submission_limit.py",
+        "grader/processes.py", "grader/protocol.py", "grader/report.py", "grader/result_file.py", "grader/rubric.py",
+        "grader/rubric.toml", "grader/sandbox/__init__.py", "grader/sandbox/bwrap.py", "grader/sandbox/confine.py",
+        "grader/sandbox/memory.py", "grader/sandbox/mounts.py", "grader/sandbox/plan.py", "grader/sandbox/reaper.py",
+        "grader/sandbox/seccomp.py", "grader/sandbox/uids.py",
         "grader/submission.py", "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/judging.py",
         "grader/checks/recording.py",
     }
@@ -93,9 +98,9 @@ def test_results_json_is_written_when_python_cannot_even_start(autograder_zip, t
 def test_results_json_is_written_when_the_grader_crashes(autograder_zip, tmp_path):
     root = unpack(autograder_zip, tmp_path, {"pipeline.py": ""})
     (root / "source" / "grader" / "__main__.py").write_text("raise RuntimeError('grader bug 1234')\n")
-    results = run_autograder(root)
-    assert results["score"] == 0
-    assert "exit status 1" in results["output"] and "grader bug 1234" in results["output"]
+    results, staff_log = run_autograder_with_log(root)
+    assert results["score"] == 0 and "exit status 1" in results["output"]
+    assert "grader bug 1234" in staff_log and "grader bug 1234" not in results["output"]  # the log is the staff's
 
 
 # The answer key's run (on one CPU, by the README's own recipe) is in tests/kit/test_gradescope_run.py.

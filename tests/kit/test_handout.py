@@ -1,8 +1,10 @@
-"""The student kit: solution stripping, the write-up's generated parts, drift, and validation
-both ways (answer key passes every public test; the stubbed kit fails every one of them with the
-NotImplementedError of the test's own problem)."""
+"""The student kit: solution stripping, the write-up's generated parts (its layout, hints and
+HTML page are tests/kit/test_writeup*.py's), drift, and validation both ways (answer key passes
+every public test; the stubbed kit fails every one of them with the NotImplementedError of the
+test's own problem)."""
 import json
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -16,7 +18,7 @@ from student_copy import borrow_environment
 from grader.layout import REPOSITORY as REPO
 from grader.rubric import load_rubric
 from grader.tomlcompat import tomllib
-from kit import handout, writeup
+from kit import figures, handout, writeup
 from kit.handout import HandoutError, strip_solutions
 
 KIT = REPO / "handout"
@@ -189,22 +191,30 @@ def test_unknown_directive_names_file_and_line(tmp_path):
         writeup.render(template, REPO / "grader" / "rubric.toml")
 
 
+def kit_pages() -> dict[str, str]:
+    """The kit's Markdown write-up, by path: the README and the problem pages."""
+    pages = [KIT / "README.md", *sorted((KIT / "problems").glob("*.md"))]
+    return {page.relative_to(KIT).as_posix(): page.read_text() for page in pages}
+
+
 def test_kit_write_up_shows_the_answer_keys_schedule():
     from minitorch.pipeline import clock_cycles
 
-    readme = (KIT / "README.md").read_text()
+    text = "\n".join(kit_pages().values())
     for index, wave in enumerate(clock_cycles(3, 3)):
-        assert f"  k = {index}: {wave}" in readme
-    assert "{{" not in readme and "{#" not in readme
+        assert f"  k = {index}: {wave}" in text
+    assert "{{" not in text and "{#" not in text
 
 
 def test_kit_write_up_draws_the_answer_keys_schedules_and_links_every_picture():
     from minitorch import pipeline, schedules
 
-    readme = (KIT / "README.md").read_text()
+    pages = kit_pages()
+    text = "\n".join(pages.values())
     for schedule in (schedules.gpipe(4, 8), pipeline.one_f_one_b(4, 8), pipeline.interleaved_one_f_one_b(2, 4, 2)):
-        assert schedules.render_ascii(schedules.simulate(schedule)) in readme
-    linked = set(re.findall(r"\]\((figures/[^)]+\.svg)\)", readme))
+        assert schedules.render_ascii(schedules.simulate(schedule)) in text
+    linked = {posixpath.normpath(posixpath.join(posixpath.dirname(page), link))
+              for page, page_text in pages.items() for link in re.findall(r"\]\(([^)]+\.svg)\)", page_text)}
     written = {p.relative_to(KIT).as_posix() for p in (KIT / "figures").glob("*.svg")}
     assert linked == written and "figures/1f1b_k4_m8.svg" in written
     svg = (KIT / "figures" / "1f1b_k4_m8.svg").read_text()
@@ -218,13 +228,13 @@ def test_schedule_figures_without_the_answer_key_render_a_note_not_an_error(monk
         raise NotImplementedError("Problem 4.1: one_f_one_b")
 
     monkeypatch.setattr(pipeline, "one_f_one_b", stub)
-    text = writeup.timeline("1f1b", "4", "8")
+    text = figures.timeline("1f1b", "4", "8")
     assert "python -m minitorch.timeline --schedule 1f1b -K 4 -M 8" in text and "device 0" not in text
     pictures = {}
-    assert "not generated" in writeup.svg_picture(("1f1b", "4", "8"), pictures) and pictures == {}
-    assert "device 0 |" in writeup.timeline("gpipe", "4", "8")  # provided schedules need no answer key
+    assert "not generated" in figures.svg_picture(("1f1b", "4", "8"), pictures) and pictures == {}
+    assert "device 0 |" in figures.timeline("gpipe", "4", "8")  # provided schedules need no answer key
     monkeypatch.setitem(sys.modules, "minitorch.pipeline", None)  # the file is absent: ImportError
-    assert "python -m minitorch.demos" in writeup.clock_cycles_waves("3", "3")
+    assert "python -m minitorch.demos" in figures.clock_cycles_waves("3", "3")
     assert "needs the answer key" in capsys.readouterr().err
 
 

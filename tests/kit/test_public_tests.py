@@ -18,7 +18,7 @@ from kit import writeup
 from kit.public_tests import MarkerError, criterion_tests
 
 PUBLIC = REPOSITORY / "tests" / "public"
-KIT_README = REPOSITORY / "handout" / "README.md"
+KIT_PAGES = [REPOSITORY / "handout" / "README.md", *sorted((REPOSITORY / "handout" / "problems").glob("*.md"))]
 
 
 def test_every_criterion_has_a_public_test_and_every_marker_a_criterion():
@@ -99,9 +99,9 @@ def test_write_up_names_the_public_tests_next_to_each_criterion(tmp_path):
     assert forward.endswith("| `test_a`, `test_b` |")
     no_grad = next(line for line in table.splitlines() if line.startswith("| `2.2-no-grad`"))
     assert no_grad.endswith("| (none) |")
-    readme = KIT_README.read_text()
+    write_up = "\n".join(page.read_text() for page in KIT_PAGES)
     for criterion, tests in criterion_tests(PUBLIC).items():
-        row = next(line for line in readme.splitlines() if line.startswith(f"| `{criterion}` |"))
+        row = next(line for line in write_up.splitlines() if line.startswith(f"| `{criterion}` |"))
         assert all(f"`{test.split('::')[-1]}`" in row for test in tests), row
 
 

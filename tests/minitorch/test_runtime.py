@@ -1,4 +1,5 @@
 """Tests of the provided runtime (StageWorkers) and of Pipe's provided constructor."""
+import re
 import threading
 import time
 
@@ -190,4 +191,7 @@ def test_pipeline_demo_prints_the_lecture_call_order(capsys):
     out = capsys.readouterr().out
     assert "k = 2: [(2, 0), (1, 1), (0, 2)]" in out
     assert "wave 2: submit(0)  submit(1)  submit(2)  receive(0)  receive(1)  receive(2)" in out
-    assert "max |Pipe - sequential| = 0.0e+00" in out
+    # Not 0.0: the Pipe multiplies 2-row microbatches and the sequential run one 6-row batch, and
+    # a CPU's kernels may round the two shapes differently (6.0e-08 on an AVX-512 machine).
+    (difference,) = re.findall(r"max \|Pipe - sequential\| = (\S+)", out)
+    assert float(difference) < 1e-5, out

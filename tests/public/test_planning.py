@@ -10,6 +10,7 @@ fails 5.1's tests, not 5.2's. On the starter kit every test here fails with NotI
 import dataclasses
 import random
 
+import numpy
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -60,7 +61,175 @@ def raises_value_error(function, text, why):
     pytest.fail(f"contract (Raises): {text} returned {result!r:.200}; expected ValueError ({why})")
 
 
-# ---------------------------------------------------------------- Problem 5.1
+# ---------------------------------------------------------------- Problem 5.1, term by term
+# Small plans whose every number can be checked by hand from the write-up's "The cost model":
+# models of P = 12 L h^2 + 13 L h + (V + s) h = 51,933,184 (SMALL) and 29,512,704 (TWELVE_HEADS)
+# parameters on round-numbered GPUs.
+# Each value below was worked out from the write-up's definitions; the contract's tolerance
+# (relative 1e-6) leaves no room for a factor of 2 in any term.
+
+SMALL = Model("small", layers=4, hidden=1024, heads=8, seq_len=512, vocab=1000)
+ROUND = Cluster(gpus=16, gpus_per_node=4, peak_flops=100e12, efficiency=0.5, memory_bytes=40e9,
+                nvlink_bytes_per_s=100e9, ib_bytes_per_s=10e9)
+TWELVE_HEADS = Model("twelve heads", layers=4, hidden=768, heads=12, seq_len=512, vocab=1000)
+PLANS = {  # name: (model, cluster, batch, t, p, microbatch)
+    "t = 4 = a node, p = 2, m = 3": (SMALL, ROUND, 12, 4, 2, 2),
+    "t = 8 over two nodes, p = 1, m = 4": (SMALL, ROUND, 8, 8, 1, 1),
+    "t = 3 inside a 4-GPU node, p = 2, m = 2": (TWELVE_HEADS, dataclasses.replace(ROUND, gpus=12), 4, 3, 2, 1),
+    "one GPU": (SMALL, dataclasses.replace(ROUND, gpus=1, gpus_per_node=1), 1, 1, 1, 1),
+    "p = 4 = the layers, m = 2 < p": (SMALL, ROUND, 4, 2, 4, 1),
+    "t = 1, p = 2, m = 3 = p + 1, d = 8": (SMALL, ROUND, 48, 1, 2, 2),
+}
+EXPECTED = {
+    "t = 4 = a node, p = 2, m = 3": dict(
+        t=4, p=2, d=2, microbatches=3, flops_per_gpu=1.698630205e11, compute_s=3.397260411e-3, bubble_s=1.132420137e-3,
+        tensor_parallel_s=1.13246208e-3, pipeline_s=3.145728e-4, data_parallel_s=1.2983296e-3, state_bytes=103866368.0,
+        activation_bytes=30408704.0, memory_limit=40e9),
+    "t = 8 over two nodes, p = 1, m = 4": dict(
+        t=8, p=1, d=2, microbatches=4, flops_per_gpu=1.132420137e11, compute_s=2.264840274e-3, bubble_s=0.0,
+        tensor_parallel_s=1.76160768e-2, pipeline_s=0.0, data_parallel_s=1.2983296e-3, state_bytes=103866368.0,
+        activation_bytes=12320768.0, memory_limit=40e9),
+    "t = 3 inside a 4-GPU node, p = 2, m = 2": dict(
+        t=3, p=2, d=2, microbatches=2, flops_per_gpu=4.373610496e10, compute_s=8.747220992e-4, bubble_s=4.373610496e-4,
+        tensor_parallel_s=2.5165824e-4, pipeline_s=1.048576e-4, data_parallel_s=9.837568e-4, state_bytes=78700544.0,
+        activation_bytes=15466496.0, memory_limit=40e9),
+    "one GPU": dict(
+        t=1, p=1, d=1, microbatches=1, flops_per_gpu=2.264840274e11, compute_s=4.529680548e-3, bubble_s=0.0,
+        tensor_parallel_s=0.0, pipeline_s=0.0, data_parallel_s=0.0, state_bytes=830930944.0,
+        activation_bytes=32505856.0, memory_limit=40e9),
+    "p = 4 = the layers, m = 2 < p": dict(
+        t=2, p=4, d=2, microbatches=2, flops_per_gpu=5.662100685e10, compute_s=1.132420137e-3, bubble_s=1.698630205e-3,
+        tensor_parallel_s=1.2582912e-4, pipeline_s=2.097152e-4, data_parallel_s=1.2983296e-3, state_bytes=103866368.0,
+        activation_bytes=18874368.0, memory_limit=40e9),
+    "t = 1, p = 2, m = 3 = p + 1, d = 8": dict(
+        t=1, p=2, d=8, microbatches=3, flops_per_gpu=6.794520822e11, compute_s=1.358904164e-2, bubble_s=4.529680548e-3,
+        tensor_parallel_s=0.0, pipeline_s=1.2582912e-3, data_parallel_s=9.0883072e-3, state_bytes=415465472.0,
+        activation_bytes=65011712.0, memory_limit=40e9),
+}
+
+
+def check_terms(plan: str, what: dict[str, str]) -> None:
+    """The fields ``what`` names of your estimate of ``plan`` against the worked-out values:
+    within relative 1e-6, a zero term within 1e-9 of the step time."""
+    model, cluster, batch, t, p, microbatch = PLANS[plan]
+    e = estimate(model, cluster, batch, t, p, microbatch=microbatch)
+    for field, meaning in what.items():
+        got, want = getattr(e, field), EXPECTED[plan][field]
+        tolerance = 1e-9 * sum(EXPECTED[plan][k] for k in ("compute_s", "bubble_s", "tensor_parallel_s", "pipeline_s",
+                                                            "data_parallel_s")) if want == 0 else 1e-6 * abs(want)
+        assert isinstance(got, (int, float)) and abs(got - want) <= tolerance, (
+            f"{call(model, cluster, batch, t, p, microbatch)} [{plan}]: {field} = {got!r}; expected {want:.10g}: {meaning} "
+            f"(relative 1e-6; a ratio of {got / want if want and isinstance(got, (int, float)) else float('nan'):.4g} to it)")
+
+
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-compute-bubble")
+@pytest.mark.parametrize("plan", PLANS)
+def test_counts_follow_from_the_plan_and_the_batch(plan):
+    model, cluster, batch, t, p, microbatch = PLANS[plan]
+    e = estimate(model, cluster, batch, t, p, microbatch=microbatch)
+    got = {k: getattr(e, k) for k in ("t", "p", "d", "microbatches")}
+    want = {k: EXPECTED[plan][k] for k in got}
+    assert got == want, (f"{call(model, cluster, batch, t, p, microbatch)} [{plan}]: {got}; expected {want} (d = N/(t p) "
+                         "replicas, each running batch/(d b) microbatches of b sequences)")
+
+
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-compute-bubble")
+@pytest.mark.parametrize("plan", PLANS)
+def test_compute_is_the_steps_flops_shared_by_every_gpu(plan):
+    check_terms(plan, {"flops_per_gpu": "96 B s L h^2 (1 + s/(6h) + V/(16 L h)) shared by the N GPUs",
+                       "compute_s": "those FLOPs at efficiency x peak"})
+
+
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-compute-bubble")
+@pytest.mark.parametrize("plan", PLANS)
+def test_bubble_is_idle_time_over_ideal_compute(plan):
+    check_terms(plan, {"bubble_s": "1F1B's idle time, (p - 1)/m of the compute time"})
+
+
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-communication")
+@pytest.mark.parametrize("plan", PLANS)
+def test_tensor_parallel_time_is_six_ring_all_reduces_per_layer_and_microbatch_over_the_groups_link(plan):
+    check_terms(plan, {"tensor_parallel_s": "6 all-reduces (forward, recomputation, backward) per layer of the stage "
+                                            "per microbatch, each 2(t - 1)/t of a b x s x h 16-bit tensor, over NVLink "
+                                            "when t is at most a node's GPUs, else InfiniBand"})
+
+
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-communication")
+@pytest.mark.parametrize("plan", PLANS)
+def test_pipeline_time_is_an_activation_forward_and_a_gradient_back_per_microbatch(plan):
+    check_terms(plan, {"pipeline_s": "per microbatch, one activation forward and one gradient back, each a GPU's 1/t "
+                                     "share of a b x s x h 16-bit tensor, over InfiniBand; none when p = 1"})
+
+
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-communication")
+@pytest.mark.parametrize("plan", PLANS)
+def test_data_parallel_time_is_a_ring_all_reduce_of_the_gradients(plan):
+    check_terms(plan, {"data_parallel_s": "a ring all-reduce among the d replicas, 2(d - 1)/d of the GPU's 16-bit "
+                                          "gradients (2 bytes per local parameter), over InfiniBand"})
+
+
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-memory")
+@pytest.mark.parametrize("plan", PLANS)
+def test_training_state_is_16_bytes_per_local_parameter(plan):
+    check_terms(plan, {"state_bytes": "16 bytes per parameter, P/(t p) parameters per GPU",
+                       "memory_limit": "the cluster's memory per GPU"})
+
+
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-memory")
+@pytest.mark.parametrize("plan", PLANS)
+def test_activations_are_the_inputs_in_flight_and_one_recomputed_layer(plan):
+    check_terms(plan, {"activation_bytes": "min(p, m) microbatches in flight, each the b x s x h 16-bit input of the "
+                                           "stage's L/p layers, plus the recomputed layer's s b h (10 + 24/t + 5 a s/(h t))"})
+
+
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-kinds")
+@pytest.mark.parametrize("cluster", [ROUND, Cluster(gpus=16, gpus_per_node=4, peak_flops=100 * 10**12, efficiency=1,
+                                                    memory_bytes=40 * 10**9, nvlink_bytes_per_s=100 * 10**9,
+                                                    ib_bytes_per_s=10 * 10**9)], ids=["floats", "ints"])
+def test_counts_are_ints_and_every_other_field_a_float(cluster):
+    for batch, t, p, microbatch in [(12, 4, 2, 2), (8, 8, 1, 1), (4, 2, 4, 1), (16, 1, 1, 1)]:
+        e = estimate(SMALL, cluster, batch, t, p, microbatch)
+        for field in dataclasses.fields(Estimate):
+            value = getattr(e, field.name)
+            wanted = int if field.name in ("t", "p", "d", "microbatches") else float
+            assert isinstance(value, wanted) and not isinstance(value, bool), (
+                f"{call(SMALL, cluster, batch, t, p, microbatch)}: {field.name} = {value!r} is a "
+                f"{type(value).__name__}; the contract makes t, p, d and microbatches ints and every other field a float")
+
+
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-compute-bubble", "5.1-memory", "5.1-communication")
+def test_microbatch_defaults_to_one():
+    _, cluster, batch, t, p, _ = PLANS["t = 8 over two nodes, p = 1, m = 4"]
+    assert estimate(SMALL, cluster, batch, t, p) == estimate(SMALL, cluster, batch, t, p, 1), (
+        f"{call(SMALL, cluster, batch, t, p, 1)}: leaving microbatch out must give the same estimate as microbatch=1")
+
+
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-compute-bubble", "5.1-memory", "5.1-communication")
+def test_an_estimate_depends_only_on_its_arguments():
+    """Two models of the same name, asked in turn: neither gets the other's estimate."""
+    wider = dataclasses.replace(SMALL, hidden=2048, heads=16)
+    _, cluster, batch, t, p, microbatch = PLANS["t = 4 = a node, p = 2, m = 3"]
+    first = estimate(SMALL, cluster, batch, t, p, microbatch)
+    other = estimate(wider, cluster, batch, t, p, microbatch)
+    again = estimate(SMALL, cluster, batch, t, p, microbatch)
+    assert other.state_bytes > 3 * first.state_bytes, (
+        f"a model twice as wide, of the same name, has about 4 times the state: {other.state_bytes:.6g} against "
+        f"{first.state_bytes:.6g} (is something kept from an earlier call?)")
+    assert again == first, "the same call, repeated after another, must give the same estimate"
+
+
+# ---------------------------------------------------------------- Problem 5.1, the lecture's figures and properties
 
 
 @pytest.mark.problem_5_1
@@ -151,7 +320,8 @@ def test_1t_model_runs_at_197_tflops_per_gpu():
 def test_replicas_and_microbatches_split_the_cluster_and_the_batch(plan):
     model, cluster, batch, t, p, microbatch = plan
     e = estimate(*plan)
-    assert (e.t, e.p, e.d) == (t, p, cluster.gpus // (t * p)), f"{call(*plan)}: (t, p, d) = {(e.t, e.p, e.d)}"
+    assert (e.t, e.p, e.d) == (t, p, cluster.gpus // (t * p)), (
+        f"{call(*plan)}: (t, p, d) = {(e.t, e.p, e.d)}; expected {(t, p, cluster.gpus // (t * p))}")
     assert e.microbatches * e.d * microbatch == batch, (
         f"{call(*plan)}: {e.microbatches} microbatches of {microbatch} in each of d = {e.d} pipelines do not make the batch")
     assert e.memory_limit == cluster.memory_bytes, (
@@ -173,7 +343,9 @@ def test_tensor_parallelism_across_nodes_goes_over_infiniband():
     within = estimate(MEGATRON_1T, big_nodes, 3072, t=16, p=32)
     assert across.tensor_parallel_s / within.tensor_parallel_s == pytest.approx(
         ONE_T.nvlink_bytes_per_s / ONE_T.ib_bytes_per_s, rel=1e-6), (
-        "t = 16 on 8-GPU nodes against 16-GPU nodes: the same all-reduces over InfiniBand instead of NVLink")
+        f"the 1T model at t = 16, p = 32: tensor_parallel_s {across.tensor_parallel_s:.6g} s on 8-GPU nodes, "
+        f"{within.tensor_parallel_s:.6g} s on 16-GPU nodes; the same all-reduces over InfiniBand instead of NVLink "
+        f"take NVLink / InfiniBand = {ONE_T.nvlink_bytes_per_s / ONE_T.ib_bytes_per_s:g} times as long")
 
 
 @pytest.mark.problem_5_1
@@ -183,7 +355,9 @@ def test_each_kind_of_communication_exists_exactly_when_its_dimension_does(plan)
     model, cluster, batch, t, p, microbatch = plan
     e = estimate(*plan)
     for term, size, name in [(e.tensor_parallel_s, t, "t"), (e.pipeline_s, p, "p"), (e.data_parallel_s, e.d, "d")]:
-        assert (term > 0) == (size > 1), f"{call(*plan)}: {name} = {size}, and its communication time is {term!r}"
+        assert (term > 0) == (size > 1), (
+            f"{call(*plan)}: {name} = {size}, and its communication time is {term!r}; expected "
+            + ("more than 0" if size > 1 else "0 (a dimension of size 1 sends nothing)"))
 
 
 def valid_estimates(model, cluster, batch, microbatch=1):
@@ -234,17 +408,50 @@ def test_best_plan_for_the_1t_model_is_the_fastest_fitting_plan_by_your_estimate
         f"that fits by your estimate is {expected}")
 
 
-def made_up_estimate(seed: int):
-    """An ``estimate`` with the contract's validity and made-up, seeded times and memory."""
+def made_up_estimate(seed: int, target=None, limit: float = 2.0**36):
+    """An ``estimate`` with the contract's validity and made-up, seeded times and memory (whole
+    numbers, so sums are exact); its values depend on every argument. With ``target`` (a
+    predicate on (t, p)), the first valid plan it holds is the fastest that fits, at exactly
+    ``limit`` bytes; every faster plan is one byte over ``limit``; the rest are slower, and
+    the slower ones that fit have the least compute time."""
     def fake(model, cluster, batch, t, p, microbatch=1):
         if not valid(model, cluster, batch, t, p, microbatch):
             raise ValueError("not a valid plan")
-        rng = random.Random(f"{seed} {t} {p}")
-        return Estimate(t=t, p=p, d=cluster.gpus // (t * p), microbatches=1, compute_s=rng.uniform(1, 2), bubble_s=0.0,
-                        tensor_parallel_s=0.0, pipeline_s=0.0, data_parallel_s=0.0, state_bytes=rng.uniform(0, 2),
-                        activation_bytes=0.0, flops_per_gpu=1.0, memory_limit=cluster.memory_bytes)
+        rng = random.Random(f"{seed} {model} {batch} {t} {p} {microbatch}")
+        chosen = target and next((plan for plan in candidates(model, cluster, batch, microbatch) if target(*plan)), None)
+        if chosen is None:
+            step, memory = rng.randint(1000, 2000), float(rng.randint(0, 2 * int(limit)))
+        elif (t, p) == chosen:
+            step, memory = 1000, limit
+        else:
+            step = rng.randint(500, 999) if rng.random() < 0.3 else rng.randint(1001, 2000)
+            memory = limit + 1 if step < 1000 else float(rng.randint(0, 2 * int(limit)))
+        slow_fitting = chosen is not None and step > 1000 and memory <= limit
+        compute = 1 if slow_fitting else step // 2
+        state = float(rng.randint(0, int(memory)))
+        communication = dict.fromkeys(("tensor_parallel_s", "pipeline_s", "data_parallel_s"), 0.0)
+        communication[rng.choice(sorted(communication))] = (step - compute) / 1024
+        return Estimate(t=t, p=p, d=cluster.gpus // (t * p), microbatches=batch // (cluster.gpus // (t * p) * microbatch),
+                        compute_s=compute / 1024, bubble_s=0.0, **communication, state_bytes=state,
+                        activation_bytes=memory - state, flops_per_gpu=1.0, memory_limit=float(cluster.memory_bytes))
 
     return fake
+
+
+def candidates(model, cluster, batch, microbatch=1):
+    """Every valid (t, p), t-major."""
+    return [(t, p) for t in range(1, cluster.gpus + 1) for p in range(1, model.layers + 1)
+            if valid(model, cluster, batch, t, p, microbatch)]
+
+
+def with_made_up_estimate(fake, model, cluster, batch, **arguments):
+    """best_plan's result with ``fake`` as this module's estimate, and the fitting estimates."""
+    every = [fake(model, cluster, batch, t, p, arguments.get("microbatch", 1))
+             for t, p in candidates(model, cluster, batch, arguments.get("microbatch", 1))]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "estimate", fake)
+        got = best_plan(model, cluster, batch, **arguments)
+    return got, [e for e in every if e.fits], every
 
 
 @pytest.mark.problem_5_2
@@ -252,35 +459,74 @@ def made_up_estimate(seed: int):
 @given(seed=st.integers(0, 10**6), heads=st.sampled_from([6, 12, 24]), layers=st.sampled_from([6, 12, 24]),
        gpus=st.sampled_from([6, 12, 24, 48]), limit=st.floats(0.2, 2.0))
 def test_best_plan_is_the_fastest_fitting_plan_estimate_gives(seed, heads, layers, gpus, limit):
-    fake = made_up_estimate(seed)
+    fake = made_up_estimate(seed, limit=2.0**20)
     model = Model("made up", layers=layers, hidden=heads * 8, heads=heads, seq_len=64, vocab=100)
-    cluster = Cluster(gpus=gpus, gpus_per_node=6, memory_bytes=limit)
-    candidates = [fake(model, cluster, gpus, t, p) for t in range(1, gpus + 1) for p in range(1, layers + 1)
-                  if valid(model, cluster, gpus, t, p, 1)]
-    fitting = [e for e in candidates if e.fits]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pipeline, "estimate", fake)
-        got = best_plan(model, cluster, gpus)
+    cluster = Cluster(gpus=gpus, gpus_per_node=6, memory_bytes=limit * 2**20)
+    got, fitting, every = with_made_up_estimate(fake, model, cluster, gpus)
     case = f"best_plan with a made-up estimate (seed {seed}) for {model}, {cluster}, batch {gpus}"
     if not fitting:
         assert got is None, f"{case}: no plan fits, expected None, got {got!r:.200}"
         return
     want = min(fitting, key=lambda e: e.step_s)
     assert got is not None, f"{case}: returned None, expected t = {want.t}, p = {want.p}"
-    assert (got.t, got.p) == (want.t, want.p), (
+    assert got.step_s <= want.step_s * (1 + 1e-9) and got.fits and got == fake(model, cluster, gpus, got.t, got.p), (
         f"{case}: returned t = {got.t}, p = {got.p} ({got.step_s:.4f} s, fits: {got.fits}); the fastest of the "
-        f"{len(fitting)} fitting plans among {len(candidates)} valid ones is t = {want.t}, p = {want.p} ({want.step_s:.4f} s)")
+        f"{len(fitting)} fitting plans among {len(every)} valid ones is t = {want.t}, p = {want.p} ({want.step_s:.4f} s)")
+
+
+TWELVE = Model("twelve", layers=12, hidden=768, heads=12, seq_len=512, vocab=32000)
+SIXTEEN = Model("sixteen", layers=8, hidden=1024, heads=16, seq_len=1024, vocab=50000)
+TARGETS = {  # name: (model, cluster, batch, microbatch, which plan is the fastest that fits)
+    "t = 16 spans two 8-GPU nodes": (SIXTEEN, Cluster(gpus=32, memory_bytes=2.0**36), 64, 1, lambda t, p: t > 8),
+    "t = 3 inside an 8-GPU node": (TWELVE, Cluster(gpus=24, memory_bytes=2.0**36), 24, 1, lambda t, p: t == 3),
+    "t = 6 on 6-GPU nodes": (TWELVE, Cluster(gpus=24, gpus_per_node=6, memory_bytes=2.0**36), 48, 2, lambda t, p: t == 6),
+    "one layer per stage": (SIXTEEN, Cluster(gpus=32, memory_bytes=2.0**36), 32, 1, lambda t, p: p == 8),
+    "t = p = 1": (TWELVE, Cluster(gpus=24, memory_bytes=2.0**36), 96, 2, lambda t, p: t == p == 1),
+    "a plan of all 16 GPUs (d = 1)": (SIXTEEN, Cluster(gpus=16, gpus_per_node=4, memory_bytes=2.0**36), 16, 1,
+                                      lambda t, p: t * p == 16 and p > 1),
+}
+
+
+@pytest.mark.problem_5_2
+@pytest.mark.criterion("5.2-best-plan")
+@pytest.mark.parametrize("name", TARGETS)
+def test_best_plan_finds_the_fastest_plan_that_fits_wherever_it_is(name):
+    """A made-up estimate makes one plan the fastest that fits, with memory exactly at the limit
+    (it fits: at most the limit), every faster plan one byte over, and slower fitting plans with
+    less compute: every valid plan is a candidate, fits is <=, and the whole step decides."""
+    model, cluster, batch, microbatch, target = TARGETS[name]
+    fake = made_up_estimate(7, target, limit=cluster.memory_bytes)
+    got, fitting, every = with_made_up_estimate(fake, model, cluster, batch, microbatch=microbatch)
+    want = min(fitting, key=lambda e: e.step_s)
+    case = (f"best_plan({model.name}, {cluster.gpus} GPUs in nodes of {cluster.gpus_per_node}, batch={batch}, "
+            f"microbatch={microbatch}) with a made-up estimate [{name}]")
+    assert got == want, (
+        f"{case}: returned {'None' if got is None else f't = {got.t}, p = {got.p}'}; expected the estimate of "
+        f"t = {want.t}, p = {want.p}, the fastest of the {len(fitting)} plans that fit among {len(every)} valid ones "
+        f"(its memory is exactly the limit, {want.memory_bytes:,.0f} bytes: it fits)")
+
+
+@pytest.mark.problem_5_2
+@pytest.mark.criterion("5.2-best-plan")
+def test_best_plan_depends_only_on_its_arguments():
+    """Two models of the same name, asked in turn: neither gets the other's plan."""
+    fake = made_up_estimate(3, lambda t, p: t == 4)
+    other = made_up_estimate(3, lambda t, p: t == 2)
+    cluster = Cluster(gpus=24, memory_bytes=2.0**36)
+    first = with_made_up_estimate(fake, TWELVE, cluster, 24)[0]
+    second = with_made_up_estimate(other, dataclasses.replace(TWELVE, layers=6), cluster, 24)[0]
+    assert (first.t, second.t) == (4, 2), (
+        f"best_plan for two models named {TWELVE.name!r}: t = {first.t}, then t = {second.t}; expected 4, then 2 (is "
+        "something kept from an earlier call?)")
 
 
 @pytest.mark.problem_5_2
 @pytest.mark.criterion("5.2-best-plan")
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_best_plan_is_none_when_nothing_fits_or_nothing_is_valid(seed):
-    fake = made_up_estimate(seed)  # memory from 0 to 2 bytes: nothing fits in 1e-3 bytes
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pipeline, "estimate", fake)
-        none_fits = best_plan(GPT3_175B, Cluster(gpus=8, memory_bytes=1e-3), 8)
-        none_valid = best_plan(GPT3_175B, Cluster(gpus=1024), batch=3, microbatch=2)
+    fake = made_up_estimate(seed, limit=2.0**20)  # memory from 0 to 2 MiB: nothing fits in 1e-3 bytes
+    none_fits = with_made_up_estimate(fake, GPT3_175B, Cluster(gpus=8, memory_bytes=1e-3), 8)[0]
+    none_valid = with_made_up_estimate(fake, GPT3_175B, Cluster(gpus=1024), 3, microbatch=2)[0]
     case = f"best_plan with a made-up estimate (seed {seed}) for GPT-3"
     assert none_fits is None, f"{case} on 8 GPUs: no plan fits, expected None; got {none_fits!r:.200}"
     assert none_valid is None, (
@@ -295,8 +541,9 @@ def test_best_plan_is_none_when_nothing_fits_or_nothing_is_valid(seed):
     ({"t": 8, "p": 3}, "p does not divide the layers"), ({"t": 64, "p": 1}, "t does not divide the heads"),
     ({"t": 8, "p": 8, "batch": 100}, "the batch does not split into d shares"), ({"t": 0, "p": 8}, "t < 1"),
     ({"t": True, "p": 8}, "a bool is not an int"), ({"t": 8, "p": 8.0}, "p is a float"),
-    ({"t": 8, "p": 8, "microbatch": 0}, "microbatch < 1"),
-])
+    ({"t": 8, "p": 8, "microbatch": 0}, "microbatch < 1"), ({"t": numpy.int64(8), "p": 8}, "a numpy integer is not an int"),
+    ({"t": 8, "p": 8, "batch": numpy.int64(1536)}, "a numpy integer is not an int"), ({"t": None, "p": 8}, "t is None"),
+], ids=repr)
 def test_estimate_rejects_arguments_outside_the_contract(arguments, why):
     arguments = {"batch": 1536, **arguments}
     raises_value_error(lambda: estimate(GPT3_175B, Cluster(gpus=1024), **arguments),
@@ -305,7 +552,24 @@ def test_estimate_rejects_arguments_outside_the_contract(arguments, why):
 
 @pytest.mark.problem_5_2
 @pytest.mark.criterion("5.2-arguments")
-@pytest.mark.parametrize("arguments", [{"batch": 0}, {"batch": False}, {"batch": 8, "microbatch": 0}, {"batch": 8.0}])
+@pytest.mark.parametrize("arguments", [{"batch": 0}, {"batch": False}, {"batch": 8, "microbatch": 0}, {"batch": 8.0},
+                                       {"batch": numpy.int64(8)}, {"batch": 8, "microbatch": 1.5}], ids=repr)
 def test_best_plan_rejects_arguments_outside_the_contract(arguments):
     raises_value_error(lambda: best_plan(GPT3_175B, Cluster(gpus=8), **arguments), f"best_plan(GPT-3, 8 GPUs, {arguments})",
                        "an argument outside the contract")
+
+
+@pytest.mark.problem_5_2
+@pytest.mark.criterion("5.2-arguments")
+def test_arguments_at_the_limits_are_accepted():
+    """The smallest sizes the contract allows raise nothing: one GPU, one sequence, t = p = 1."""
+    cluster = Cluster(gpus=1, gpus_per_node=1)
+    for function, arguments in [(estimate, {"batch": 1, "t": 1, "p": 1, "microbatch": 1}),
+                                (estimate, {"batch": 1536, "t": 8, "p": 8, "microbatch": 1}),
+                                (best_plan, {"batch": 1, "microbatch": 1})]:
+        where = cluster if arguments["batch"] == 1 else Cluster(gpus=1024)
+        try:
+            function(GPT3_175B, where, **arguments)
+        except ValueError as error:
+            pytest.fail(f"{function.__name__}(GPT-3, {where.gpus} GPUs, {arguments}) raised ValueError ({error}); these "
+                        "arguments are inside the contract (ints >= 1, a valid plan)")
