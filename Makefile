@@ -13,13 +13,14 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 ARGS ?=
 
-.PHONY: help venv test test-fast lint grade bench handout handout-check gradescope lock clean
+.PHONY: help venv test test-fast lint grade mutation bench handout handout-check gradescope lock clean
 
 help:
 	@echo "make test                       install (first run only), lint, and run all of this project's tests"
 	@echo "make test-fast                  the edit loop: tests without the catalogue or multi-rank launches (< 60 s)"
 	@echo "make lint                       ruff and mypy"
 	@echo "make grade [SUBMISSION=path]    grade the answer key, or a submission folder / .zip"
+	@echo "make mutation [PROBLEM=2.1] [FAMILY=domain] [SAMPLE=N]  mutation score of the hidden checks (grader/mutation/README.md)"
 	@echo "make bench                      CPU speedup benchmarks (tables, JSON and a plot in benchmarks/results/)"
 	@echo "make handout                    regenerate the student kit handout/ (commit the result)"
 	@echo "make handout-check              fail if handout/ differs from a fresh generation"
@@ -41,6 +42,13 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+
+# The adequacy measure of the hidden checks: mutants of the answer key's solution regions, graded
+# by their problem's criteria on two workers; prints the score table, writes the results JSON and
+# exits 1 when a survivor is not in grader/mutation/ledger.toml.
+mutation: $(STAMP)
+	$(PY) -m grader.mutation run $(if $(PROBLEM),--problem $(PROBLEM)) $(if $(FAMILY),--family $(FAMILY)) \
+	    $(if $(SAMPLE),--sample $(SAMPLE)) $(ARGS)
 
 $(BENCH_STAMP): $(STAMP) requirements-bench.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements-bench.txt

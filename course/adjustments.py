@@ -1,6 +1,8 @@
 """Per-student adjustments a course makes to the grader's scores: late penalties, extensions
 and manual overrides (``--adjustments FILE``), applied to the gradebook every time it is
-written, the grader's raw score kept beside them.
+written, the grader's raw score kept beside them. The late policy's penalties
+(course.late, ``--late-policy``) are adjustments too: :func:`combine` puts a student's two
+together, the row kept by hand deciding where it says something.
 
 The file is a CSV a TA keeps by hand, one row per student who needs one::
 
@@ -9,14 +11,15 @@ The file is a CSV a TA keeps by hand, one row per student who needs one::
     turingalan_102,0,,extension to Friday (no penalty)
     hopperg,,85,regrade request #12: 2.2-backward passed by hand
 
-``late_penalty`` is a percentage taken off the raw total; ``override`` replaces the total (after
-a regrade request): it survives later regrades because it is applied again after each, and the
-changelog records it once. An empty cell means none.
+``late_penalty`` is a percentage taken off the raw total (it replaces the late policy's, with
+its reason); ``override`` replaces the total (after a regrade request): it survives later
+regrades because it is applied again after each, and the changelog records it once. An empty
+cell means none.
 """
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from course.canvas import OptionsError
@@ -30,8 +33,8 @@ class AdjustmentsError(OptionsError):
 
 @dataclass(frozen=True)
 class Adjustment:
-    late_penalty: float = 0.0     # percent of the raw total
-    override: float | None = None  # the total, set by hand
+    late_penalty: float | None = None  # percent of the raw total; None: the row says none
+    override: float | None = None      # the total, set by hand
     reason: str = ""
 
     def final(self, raw: float | None) -> float | None:
@@ -40,11 +43,28 @@ class Adjustment:
             return self.override
         if raw is None:
             return None
-        return round(raw * (1 - self.late_penalty / 100), 4)
+        return round(raw * (1 - (self.late_penalty or 0) / 100), 4)
+
+    def describe(self) -> str:
+        """The gradebook's ``adjustment`` cell: ``penalty 20%``, ``override 85``, or empty for none."""
+        if self.override is not None:
+            return f"override {self.override:g}"
+        return f"penalty {self.late_penalty:g}%" if self.late_penalty else ""
 
     def flags(self) -> list[str]:
         return ([f"late_penalty={self.late_penalty:g}%"] if self.late_penalty else []) + (
             [f"override={self.override:g}"] if self.override is not None else [])
+
+
+def combine(policy: Adjustment | None, manual: Adjustment | None) -> Adjustment | None:
+    """One student's adjustment from the late policy's and the row kept by hand: the row's
+    override or late penalty, where it gives one, replaces the policy's penalty (and its reason
+    comes first); otherwise the policy's stands."""
+    if manual is None or policy is None:
+        return manual or policy
+    if manual.override is None and manual.late_penalty is None:
+        return replace(policy, reason="; ".join(filter(None, [manual.reason, policy.reason])))
+    return replace(manual, reason="; ".join(filter(None, [manual.reason, f"late policy: {policy.reason}"])))
 
 
 def _number(text: str, where: str, low: float, high: float) -> float | None:
@@ -84,7 +104,7 @@ def read(path: Path) -> dict[str, Adjustment]:
         if student in found:
             raise AdjustmentsError(f"{where}: {student} has a row already")
         found[student] = Adjustment(
-            _number(row["late_penalty"] or "", f"{where} late_penalty", 0, 100) or 0.0,
+            _number(row["late_penalty"] or "", f"{where} late_penalty", 0, 100),
             _number(row["override"] or "", f"{where} override", 0, 1e6),
             (row["reason"] or "").strip(),
         )

@@ -2,7 +2,8 @@
 
     python -m course batch FOLDER --csv grades.csv [--jobs N] [--timeout S] [--only ID ...]
                                   [--canvas FILE --assignment HEADER [--roster EXPORT.csv] [--name-is KIND]]
-                                  [--gpu-reports DIR] [--html FILE]
+                                  [--gpu-reports DIR] [--html FILE] [--feedback DIR] [--rubric FILE]
+                                  [--late-policy FILE] [--adjustments FILE] [--anonymous] [--rerun-failed]
                                   [--similarity-threshold SHARE] [--public-solutions DIR] [--no-similarity]
 
 FOLDER holds one subfolder, ``.zip``, ``.tar.gz`` or ``.tgz`` per student, or is a Canvas
@@ -24,6 +25,13 @@ course.regrade). ``--canvas FILE`` also writes Canvas's gradebook import (course
 Every cell starting with ``= + - @`` (or a tab or carriage return) is prefixed with ``'``
 so a spreadsheet never runs it as a formula. ``--html`` also writes the class dashboard
 (course/dashboard.py).
+
+Every run ends in a build of the gradebook (course.gradebook.finish), also when nobody is
+graded again (``--rerun-failed`` with nobody failed): reports graded under another version of
+``--rubric`` are re-scored or named for a regrade (course.rescore); ``--late-policy`` and
+``--adjustments`` add ``adjustment``, ``final``, ``submitted`` and ``reason`` columns and the
+late-work flags (course.late, course.adjustments); ``--anonymous`` names students by pseudonym
+(course.anonymous); the changelog gets the real changes only (course.changelog).
 """
 from __future__ import annotations
 
@@ -127,7 +135,7 @@ def run_batch(
     """
     progress = one_line_each(progress)
     options = options or gradebook.Options()
-    grader_command = grader_command or [sys.executable, "-m", "grader", "grade"]
+    grader_command = grader_command or default_grader(sys.executable, options)
     students, notes = discover(folder, gradebook.submissions_folder(csv_path))
     roster = gradebook.check(options, students)
     for line in [*notes, *gradebook.notes(options, roster)]:
@@ -142,6 +150,11 @@ def run_batch(
                        max(1, jobs), run, progress)
     by_name = {o.student: o for o in graded} | kept
     return gradebook.finish([by_name[s.name] for s in students], students, csv_path, options, run, progress)
+
+
+def default_grader(python: str, options: gradebook.Options) -> list[str]:
+    """The command that grades one student (PATH --json REPORT follow), with the options' rubric."""
+    return [python, "-m", "grader", "grade", *(["--rubric", str(options.rubric)] if options.rubric else [])]
 
 
 def previous_results(students: list[Student], reports: Path) -> dict[str, StudentGrade]:
@@ -204,8 +217,17 @@ def add_gradebook_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adjustments", type=Path, metavar="FILE",
                         help="late penalties, extensions and manual overrides per student (a CSV: student,late_penalty,"
                              "override,reason); the CSV gets a final column, Canvas the final score")
+    parser.add_argument("--anonymous", action="store_true",
+                        help="anonymous grading: stable pseudonyms instead of names in the CSV (no report paths) and the "
+                             "dashboard, similarity pairs included; Canvas's import and the feedback files keep ids")
+    parser.add_argument("--late-policy", type=Path, metavar="FILE",
+                        help="the due date, late policy, extensions and late days (TOML, course/late.py): applied at "
+                             "every build; the CSV gets adjustment, final, submitted and reason columns, Canvas the final score")
     parser.add_argument("--feedback", type=Path, metavar="DIR",
                         help="also write each student's feedback (their view of the report) to DIR/<student>.txt")
+    parser.add_argument("--rubric", type=Path, metavar="FILE",
+                        help="grade with this rubric instead of grader/rubric.toml; a report graded with another "
+                             "version of it is re-scored where only points changed, or named for a regrade")
 
 
 def gradebook_options(args: argparse.Namespace) -> gradebook.Options:
@@ -213,7 +235,7 @@ def gradebook_options(args: argparse.Namespace) -> gradebook.Options:
     threshold = None if getattr(args, "no_similarity", True) else args.similarity_threshold
     return gradebook.Options(args.canvas, args.assignment, args.roster, args.name_is, args.gpu_reports, args.html,
                              threshold, getattr(args, "public_solutions", None), args.canvas_without_gpu, args.adjustments,
-                             args.feedback)
+                             args.feedback, args.rubric, args.late_policy, args.anonymous)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -242,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
         return usage_error("batch", f"{args.folder}: no such folder or file")
     if args.jobs < 1 or args.timeout <= 0:
         return usage_error("batch", "--jobs must be >= 1 and --timeout > 0")
-    problem = (only_problem(args.only) if args.only else None) or similarity.argument_problem(args)
+    problem = (only_problem(args.only, args.rubric) if args.only else None) or similarity.argument_problem(args)
     if problem is not None:
         return usage_error("batch", problem)
     start = time.monotonic()
@@ -258,13 +280,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def only_problem(only: list[str]) -> str | None:
-    """Why ``--only`` names no criterion (before anyone is graded), or None."""
+def only_problem(only: list[str], rubric: Path | None = None) -> str | None:
+    """Why ``--only`` names no criterion of the rubric (before anyone is graded), or None."""
     from grader.grading import select  # imports torch: only when --only is given
-    from grader.rubric import load_rubric
+    from grader.layout import DEFAULT_RUBRIC
+    from grader.rubric import RubricError, load_rubric
 
     try:
-        select(load_rubric().active(), only)
-    except ValueError as error:
+        select(load_rubric(rubric or DEFAULT_RUBRIC).active(), only)
+    except (ValueError, RubricError, OSError) as error:
         return str(error)
     return None

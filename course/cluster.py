@@ -46,6 +46,7 @@ from course import gradebook, similarity
 from course.batch import (
     StudentGrade,
     add_gradebook_arguments,
+    default_grader,
     grade_all,
     gradebook_options,
     only_problem,
@@ -84,7 +85,8 @@ class Plan:
     students: list[dict]         # course.discovery.Student fields, paths absolute
 
     def student_list(self) -> list[Student]:
-        return [Student(s["name"], Path(s["path"]), list(s["flags"]), s.get("canvas_id", "")) for s in self.students]
+        return [Student(s["name"], Path(s["path"]), list(s["flags"]), s.get("canvas_id", ""), s.get("submitted_at", ""))
+                for s in self.students]
 
     def share(self, task: int) -> list[Student]:
         return self.student_list()[task :: self.tasks]
@@ -119,11 +121,12 @@ def check_gpu_python(python: str) -> None:
         raise OptionsError(gpu_python_problem(python, "(no CUDA build of torch)"))
 
 
-def gpu_criteria() -> tuple[list[str], int]:
-    """``(ids of the active criteria that need GPUs, the most GPUs one needs)``."""
+def gpu_criteria(rubric: Path | None) -> tuple[list[str], int]:
+    """``(ids of the active criteria of the rubric that need GPUs, the most GPUs one needs)``."""
+    from grader.layout import DEFAULT_RUBRIC
     from grader.rubric import HARDWARE, load_rubric  # imports torch: only to write a GPU plan
 
-    needing = [c for c in load_rubric().active() if HARDWARE[c.needs] > 0]
+    needing = [c for c in load_rubric(rubric or DEFAULT_RUBRIC).active() if HARDWARE[c.needs] > 0]
     if not needing:
         raise OptionsError("--gpu: no active criterion of the rubric needs a GPU")
     return [c.id for c in needing], max(HARDWARE[c.needs] for c in needing)
@@ -212,7 +215,7 @@ def write(args: argparse.Namespace) -> list[Path]:
     for kind in KINDS:
         if kind not in kinds:
             continue  # an earlier plan of this kind stays: the merge still takes its results
-        only, gpus = gpu_criteria() if kind == "gpu" else (args.only, 0)
+        only, gpus = gpu_criteria(options.rubric) if kind == "gpu" else (args.only, 0)
         reports = gradebook.reports_folder(csv_path) / ("gpu" if kind == "gpu" else "")
         python = (args.gpu_python or args.python) if kind == "gpu" else args.python
         if kind == "gpu":
@@ -220,7 +223,7 @@ def write(args: argparse.Namespace) -> list[Path]:
         plan = Plan(
             kind=kind, run=f"slurm-{kind}-{secrets.token_hex(4)}", csv=str(csv_path), reports=str(reports.resolve()),
             tasks=max(1, math.ceil(len(students) / args.per_task)), jobs=1 if kind == "gpu" else args.jobs,
-            timeout=args.timeout, only=only, grader_command=[python, "-m", "grader", "grade"], options=options.to_json(),
+            timeout=args.timeout, only=only, grader_command=default_grader(python, options), options=options.to_json(),
             students=[{**s._asdict(), "path": str(s.path)} for s in students],
         )
         plan_path = folder / kind / "plan.json"
@@ -433,7 +436,7 @@ def _write_and_submit(args: argparse.Namespace) -> int:
     problem = (
         "--per-task and --jobs must be >= 1 and --timeout > 0" if args.per_task < 1 or args.jobs < 1 or args.timeout <= 0
         else "--wait needs --submit" if args.wait and not args.submit
-        else only_problem(args.only) if args.only
+        else only_problem(args.only, args.rubric) if args.only
         else similarity.argument_problem(args)
     )
     if problem is not None:

@@ -6,11 +6,13 @@
 REPORTS is the ``<csv stem>-reports/`` folder that ``batch`` and ``slurm merge`` write: one
 ``<student>.json`` report and ``<student>.log`` per student, the similarity pass's pairs
 (:data:`similarity.SIMILARITY_FILE`) when it ran, and the gradebook's rows
-(:data:`course.outcomes.ROWS_FILE`: each student's name and every flag of the CSV). The page shows the score distribution, per-problem
-averages, per-criterion pass rates with the most common failure messages, the students to
-look at (whatever flagged them: the report, the gradebook, 0 points), every student by score,
-lowest first, the similar pairs with their overlapping code, and every student's criteria and
-messages as the student sees them.
+(:data:`course.outcomes.ROWS_FILE`: each student's name, every flag of the CSV and the course's
+score). The page shows the distribution of the course's scores (after the late policy and the
+adjustments, as the CSV's final column and Canvas have them), per-problem averages,
+per-criterion pass rates with the most common failure messages, the students to look at
+(whatever flagged them: the report, the gradebook, 0 points), every student by final score,
+lowest first, with the raw score, the adjustment and the late-work flags, the similar pairs
+with their overlapping code, and every student's criteria and messages as the student sees them.
 
 The page is one file that needs nothing else: no network, no script at all (expandable
 sections are ``<details>``), inline CSS and SVG, and a Content-Security-Policy that forbids
@@ -22,6 +24,7 @@ or hide the text around it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import math
 import re
@@ -34,7 +37,8 @@ from pathlib import Path
 import jinja2
 import markupsafe
 
-from course import similarity
+from course import anonymous as anonymous_names
+from course import late, similarity
 from course.discovery import archive_stem
 from course.outcomes import ROWS_FILE, load_rows, problem_key
 from grader.layout import DEFAULT_RUBRIC, STUDENT_FILES
@@ -67,12 +71,24 @@ class Student:
     partners: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)  # the gradebook CSV's flags, when the rows were saved
     recorded: tuple[float | None, float] | None = None  # (score, out of) of a row without a report: Gradescope's
+    adjusted: tuple[float | None, str, str] = (None, "", "")  # the gradebook's (final, adjustment, reason)
 
     @property
     def score(self) -> float | None:
+        """The grader's raw total."""
         if self.report:
             return sum(c["earned"] for c in self.criteria)
         return self.recorded[0] if self.recorded else None
+
+    @property
+    def final(self) -> float | None:
+        """The score the course records: the adjusted one where the gradebook adjusted it (late
+        penalty, override), else the raw total; what the CSV's final column and Canvas say."""
+        return self.adjusted[0] if self.adjusted[1] else self.score
+
+    @property
+    def late(self) -> list[tuple[str, str]]:
+        return late.badges(self.flags)
 
     @property
     def achievable(self) -> float:
@@ -135,13 +151,20 @@ def load_students(reports: Path) -> list[Student]:
             name = Path(report["submission"]).name if report else stem
         seen.add(name)
         student = Student(name, f"s{index}", report, f"{stem}.json", flags=[str(f) for f in row["flags"]] if row else [],
-                          recorded=_recorded(row) if report is None else None)
+                          recorded=_recorded(row) if report is None else None, adjusted=_adjusted(row))
         if report:
             student.criteria = [_criterion(c) for c in report["criteria"]]
             student.notes = [_text(note, 600) for note in _list(report.get("notes"))]
             student.findings = [_finding(f) for f in _list(report.get("policy_findings"))]
         students.append(student)
     return students
+
+
+def _adjusted(row: dict | None) -> tuple[float | None, str, str]:
+    """A gradebook row's ``(final, adjustment, reason)``: what the course made of the raw score."""
+    final = (row or {}).get("final")
+    final = float(final) if isinstance(final, (int, float)) and not isinstance(final, bool) else None
+    return final, _text((row or {}).get("adjustment"), 100), _text((row or {}).get("reason"), 600)
 
 
 def _recorded(row: dict | None) -> tuple[float | None, float] | None:
@@ -154,8 +177,9 @@ def _recorded(row: dict | None) -> tuple[float | None, float] | None:
 
 
 # Gradebook flags the page says in its own words (similar pairs, missing files, blocked criteria,
-# the report's own review reasons and errors) or that ask for no one (late).
-SAID_ELSEWHERE = ("needs_review", "similar_to=", "missing:", "blocked_points=", "policy_findings=", "criterion_errors=", "late")
+# the report's own review reasons and errors, late work) or that ask for no one (adjustments).
+SAID_ELSEWHERE = ("needs_review", "similar_to=", "missing:", "blocked_points=", "policy_findings=", "criterion_errors=", "late",
+                  "extension", "submitted_unknown", "override=")
 
 
 def review_reasons(student: Student) -> list[tuple[str, str]]:
@@ -183,14 +207,16 @@ def review_reasons(student: Student) -> list[tuple[str, str]]:
     if (report.get("needs_review") is True or unexplained) and not review and not from_gradebook:
         reasons.append(("review", "needs review"))
     reasons += from_gradebook
+    if late.UNKNOWN_LATE in student.flags:
+        reasons.append(("late", "late, time unknown: give it under [submitted] in the late policy"))
     if student.score == 0 and student.achievable > 0:
         reasons.append(("zero", "0 points"))
     return reasons
 
 
 def by_score(students: list[Student]) -> list[Student]:
-    """Every student, lowest score first (no score at all first of all), then by name."""
-    return sorted(students, key=lambda s: (s.score is not None, s.score or 0, s.name))
+    """Every student, lowest course score first (no score at all first of all), then by name."""
+    return sorted(students, key=lambda s: (s.final is not None, s.final or 0, s.name))
 
 
 def normalise(message: object) -> str:
@@ -289,8 +315,9 @@ def problem_titles() -> dict[str, str]:
         return {}
 
 
-def summarise(reports: Path) -> dict:
-    """Everything the page shows, from a reports folder.
+def summarise(reports: Path, anonymous: bool = False) -> dict:
+    """Everything the page shows, from a reports folder; with ``anonymous``, every student (in the
+    similarity pairs too) by pseudonym and no report file names (course.anonymous).
 
     Raises:
         DashboardError: not a folder, no student in it, or a malformed similarity file.
@@ -301,6 +328,8 @@ def summarise(reports: Path) -> dict:
     if not students:
         raise DashboardError(f"{reports} holds no reports (*.json) or logs (*.log) of a batch")
     pairs = _pairs(reports / similarity.SIMILARITY_FILE)
+    if anonymous:
+        pairs = _pseudonymise(students, pairs, anonymous_names.assign(reports, [s.name for s in students]))
     by_name = {s.name: s for s in students}
     for name, partners in similarity.similar_to([(p.a, p.b) for p in pairs]).items():
         if name in by_name:
@@ -313,14 +342,16 @@ def summarise(reports: Path) -> dict:
         if extra:
             student.reasons.append(("blocked", f"blocked: {', '.join(extra)}"))
     graded = [s for s in students if s.report or s.recorded]
-    scores = [s.score for s in graded if s.score is not None]
+    scores = [s.final for s in graded if s.final is not None]  # the course's scores, as the CSV and Canvas have them
     criteria = criterion_rows(students)
     top = Counter(s.achievable for s in graded).most_common(1)[0][0] if graded else 0
     return {
         "students": students, "by_name": by_name, "graded": graded, "scores": scores, "top": top,
         "mean": statistics.fmean(scores) if scores else None,
         "median": statistics.median(scores) if scores else None,
-        "full": sum(1 for s in graded if s.score is not None and s.score >= s.achievable > 0),
+        "full": sum(1 for s in graded if s.final is not None and s.final >= s.achievable > 0),
+        "late": sum(1 for s in students if any(kind == "late" for kind, _ in s.late)),
+        "adjusted": any(s.adjusted[1] or s.late for s in students),
         "zero": scores.count(0),
         "histogram": histogram(scores, top),
         "problems": problem_rows(students, criteria, problem_titles()),
@@ -329,6 +360,15 @@ def summarise(reports: Path) -> dict:
         "by_score": by_score(students),
         "similarity_ran": (reports / similarity.SIMILARITY_FILE).exists(),
     }
+
+
+def _pseudonymise(students: list[Student], pairs: list[similarity.Pair], pseudonyms: dict[str, str]) -> list[similarity.Pair]:
+    """Students renamed by their pseudonyms, without report file names; the pairs renamed alike
+    (a known public solution keeps its name)."""
+    for student in students:
+        student.name, student.report_file = pseudonyms[student.name], ""
+        student.flags = anonymous_names.flags(student.flags, pseudonyms)
+    return [dataclasses.replace(p, a=pseudonyms.get(p.a, p.a), b=pseudonyms.get(p.b, p.b)) for p in pairs]
 
 
 def _pairs(path: Path) -> list[similarity.Pair]:
@@ -367,9 +407,9 @@ def render(context: dict, title: str, source: str) -> str:
     return page.render(**context, title=title, source=source, generated=generated, student_files=STUDENT_FILES)
 
 
-def write(reports: Path, html: Path, title: str = "Class dashboard") -> dict:
+def write(reports: Path, html: Path, title: str = "Class dashboard", anonymous: bool = False) -> dict:
     """Build the page from ``reports`` into ``html``; return what it shows."""
-    context = summarise(reports)
+    context = summarise(reports, anonymous)
     html.parent.mkdir(parents=True, exist_ok=True)
     html.write_text(render(context, title, reports.name), encoding="utf-8")
     return context
@@ -380,12 +420,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", type=Path, help="the <csv stem>-reports/ folder that `python -m course batch` wrote")
     parser.add_argument("--html", type=Path, required=True, help="the HTML file to write")
     parser.add_argument("--title", default="Class dashboard", help="the page's title")
+    parser.add_argument("--anonymous", action="store_true",
+                        help="students by their stable pseudonyms (kept in REPORTS), no report file names")
 
 
 def run(args: argparse.Namespace) -> int:
     """``python -m course dashboard``."""
     try:
-        context = write(args.reports, args.html, args.title)
+        context = write(args.reports, args.html, args.title, args.anonymous)
     except DashboardError as error:
         print(f"python -m course dashboard: error: {error}", file=sys.stderr)
         return 2

@@ -9,11 +9,13 @@ entries are skipped, and so is any other file; :func:`discover` says what it ski
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 import zipfile
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
@@ -21,17 +23,20 @@ from course import canvas
 from grader.submission import MAX_ARCHIVE_BYTES, STUDENT_FILES, SubmissionNotFound, load_submission, renamed_student_file
 
 ARCHIVES = (".zip", ".tar.gz", ".tgz")
+GRADESCOPE_METADATA = "submission_metadata.json"
 MAX_DOWNLOAD_ENTRIES = 100_000
 
 
 class Student(NamedTuple):
     """One student to grade: ``name`` (the CSV's student column), ``path`` (a folder or an
-    archive), ``flags`` found before grading, and the Canvas id when Canvas named the files."""
+    archive), ``flags`` found before grading, the Canvas id when Canvas named the files, and
+    when it was submitted where the source says (ISO 8601; see course.late)."""
 
     name: str
     path: Path
     flags: list[str]
     canvas_id: str = ""
+    submitted_at: str = ""
 
 
 class DiscoveryError(ValueError):
@@ -75,7 +80,7 @@ def discover(source: Path, unpack_to: Path) -> tuple[list[Student], list[str]]:
             plain.append((stem, path))
         else:
             notes.append(f"skipped {path.name} (not a folder, .zip, .tar.gz or .tgz)")
-    students = [Student(name, path, _archive_flags(path)) for name, path in plain]
+    students = [Student(name, path, _archive_flags(path), submitted_at=_submitted_at(path)) for name, path in plain]
     if downloaded:
         submissions, _ = canvas.group_download(downloaded)
         students += _unpack_all(submissions, lambda entry: _read_file(source / entry), unpack_to, notes)
@@ -165,6 +170,17 @@ def _read_file(path: Path) -> bytes:
     if info.st_size > MAX_ARCHIVE_BYTES:
         raise ValueError(f"larger than {MAX_ARCHIVE_BYTES} bytes")
     return path.read_bytes()
+
+
+def _submitted_at(path: Path) -> str:
+    """When a student folder's submission was made, from Gradescope's ``submission_metadata.json``
+    in it (its ``created_at``, with its UTC offset), as ISO 8601; "" without one."""
+    try:
+        created = json.loads((path / GRADESCOPE_METADATA).read_text(encoding="utf-8"))["created_at"]
+        when = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    return when.isoformat() if when.tzinfo is not None else ""
 
 
 def _archive_flags(path: Path) -> list[str]:

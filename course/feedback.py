@@ -2,13 +2,15 @@
 through Gradescope: what the student sees, from their JSON report.
 
     python -m course batch FOLDER --csv grades.csv --feedback DIR        (after grading)
-    python -m course feedback REPORTS --out DIR [--adjustments FILE] [--show after_due_date ...]
+    python -m course feedback REPORTS --out DIR [--show after_due_date ...]
                                       [--canvas-download DOWNLOAD.zip]    (again, from the reports)
 
 ``DIR/<student>.txt`` is Gradescope's text for that student (grader.report.summary): the score
 per problem and in total (blocked criteria apart), each criterion not passed with its message
 and the last lines its code printed, failures that share a message on one line, the report's
-notes, and the course's adjustment with its reason. Only criteria whose rubric ``visibility``
+notes, and the course's score: the raw one, the adjustment (late policy, adjustments file) with
+its reason, and the final one, as the last build of the gradebook set them (the command reads them
+from the reports folder's rows). Only criteria whose rubric ``visibility``
 is ``visible`` (or is one that ``--show`` releases) appear, and nothing of the others. Nothing
 a TA alone should see: no flags, no review reasons, no similarity, no policy findings.
 
@@ -25,7 +27,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from course import adjustments, canvas
+from course import canvas
 from course.discovery import safe_file_name
 from course.outcomes import ROWS_FILE, StudentGrade, load_rows
 from grader.protocol import one_line, printable, read_json_report
@@ -43,20 +45,26 @@ def shown_ids(report: dict, rubric: Rubric, show: tuple[str, ...] = ("visible",)
             and visibility.get(str(c.get("id")), "visible") in show}
 
 
-def text(student: str, report: dict, rubric: Rubric, final: float | None = None, reason: str = "",
-         show: tuple[str, ...] = ("visible",)) -> str:
-    """The feedback of one student from their report; ``final``: the score the course records
-    after its adjustment (late penalty, override), said with ``reason``."""
-    lines = [f"Feedback for {one_line(student)}"]
-    if final is not None and final != report.get("score"):
-        lines += ["", f"Score recorded by the course: {final:g} (adjusted: {reason or 'by the course staff'})"]
+def course_lines(outcome: StudentGrade) -> list[str]:
+    """What the course made of the grader's score: the adjustment with its reason and the final
+    score, or what the late policy found (an extension, on time); none when it said nothing."""
+    if outcome.adjustment:
+        raw = "-" if outcome.score is None else f"{outcome.score:g}"
+        final = "-" if outcome.final is None else f"{outcome.final:g}"
+        return ["", f"Score recorded by the course: {final} (graded {raw}; {outcome.adjustment}: "
+                    f"{outcome.reason or 'set by the course staff'})"]
+    return ["", f"Submission: {outcome.reason}"] if outcome.reason else []
+
+
+def text(outcome: StudentGrade, report: dict, rubric: Rubric, show: tuple[str, ...] = ("visible",)) -> str:
+    """The feedback of one student from their report, with the course's adjustment of it."""
+    lines = [f"Feedback for {one_line(outcome.student)}", *course_lines(outcome)]
     view = summary(report_from_json(report), rubric, blocked_apart=True, shown=shown_ids(report, rubric, show),
                    review=False)
     return printable("\n".join(lines)) + "\n" + view + "\n"
 
 
-def write_all(outcomes: list[StudentGrade], folder: Path, finals: dict[str, float | None] | None = None,
-              reasons: dict[str, str] | None = None, rubric: Rubric | None = None,
+def write_all(outcomes: list[StudentGrade], folder: Path, rubric: Rubric | None = None,
               show: tuple[str, ...] = ("visible",)) -> int:
     """One file per student with a report; the number written."""
     from grader.rubric import load_rubric  # imports the checks (torch): only when feedback is written
@@ -68,9 +76,7 @@ def write_all(outcomes: list[StudentGrade], folder: Path, finals: dict[str, floa
         report = read_json_report(outcome.report_path)
         if report is None:
             continue
-        final, reason = (finals or {}).get(outcome.student), (reasons or {}).get(outcome.student, "")
-        (folder / f"{safe_file_name(outcome.student)}.txt").write_text(
-            text(outcome.student, report, rubric, final, reason, show), encoding="utf-8")
+        (folder / f"{safe_file_name(outcome.student)}.txt").write_text(text(outcome, report, rubric, show), encoding="utf-8")
         written += 1
     return written
 
@@ -107,7 +113,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``feedback`` command's arguments."""
     parser.add_argument("reports", type=Path, help="the <csv stem>-reports/ folder that `python -m course batch` wrote")
     parser.add_argument("--out", type=Path, required=True, help="the folder to write <student>.txt files to")
-    parser.add_argument("--adjustments", type=Path, metavar="FILE", help="the adjustments file of the batch (course.adjustments)")
     parser.add_argument("--show", nargs="+", choices=VISIBILITIES[1:], default=[], metavar="VISIBILITY",
                         help="also show the criteria of these visibilities (after_due_date, after_published, hidden), "
                              "e.g. once the due date has passed")
@@ -123,19 +128,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"python -m course feedback: error: {args.reports} has no {ROWS_FILE} (give the reports folder of a batch)",
               file=sys.stderr)
         return 2
-    outcomes = [StudentGrade(row["student"], args.reports, args.reports / name, score=row.get("score"))
-                for name, row in rows.items()]
-    finals, reasons = {}, {}
-    try:
-        table = adjustments.read(args.adjustments) if args.adjustments else {}
-    except adjustments.AdjustmentsError as error:
-        print(one_line(f"python -m course feedback: error: {error}"), file=sys.stderr)
-        return 2
-    for outcome in outcomes:
-        if outcome.student in table:
-            finals[outcome.student] = table[outcome.student].final(outcome.score)
-            reasons[outcome.student] = table[outcome.student].reason
-    written = write_all(outcomes, args.out, finals, reasons, show=("visible", *args.show))
+    outcomes = [StudentGrade(row["student"], args.reports, args.reports / name, score=row.get("score"),
+                             final=row.get("final"), adjustment=str(row.get("adjustment") or ""),
+                             reason=str(row.get("reason") or "")) for name, row in rows.items()]
+    written = write_all(outcomes, args.out, show=("visible", *args.show))
     print(f"feedback: {counted(written, 'file')} -> {args.out}")
     if args.canvas_download:
         zipped, missing = canvas_zip(args.out, args.canvas_download)

@@ -3,35 +3,37 @@
 ``batch`` (after grading) and ``slurm merge`` (after the array tasks) both end in
 :func:`finish`, so both write the same files from the same students:
 
-- ``<csv>``: one row per student, every flag (course.batch ``default_rows``);
-- ``--canvas FILE``: Canvas's gradebook import (course.canvas); a student the roster does
-  not know, or knows twice, is flagged and gets an EMPTY score there ("no change");
-- ``<csv stem>-changelog.csv``: what each regrade changed (appended, one run once);
+- ``<csv>``: one row per student, every flag (course.outcomes ``default_rows``); with a late
+  policy or adjustments the raw ``total``, the ``adjustment``, the ``final`` score and its
+  ``reason`` (course.late, course.adjustments); by pseudonym with ``--anonymous``;
+- ``--canvas FILE``: Canvas's gradebook import (course.canvas), the final scores; a student the
+  roster does not know, or knows twice, is flagged and gets an EMPTY score there ("no change");
+- ``<csv stem>-changelog.csv``: what changed, each real change once (course.changelog);
 - GPU results (``<csv stem>-reports/gpu/<student>.json`` unless ``--gpu-reports`` says
   otherwise) merged into each student's JSON report, the CSV and the Canvas file, with
   flags for a GPU report without a CPU one (``gpu_without_cpu``), the reverse
-  (``cpu_without_gpu``), and GPU runs that were inconclusive, blocked or smoke runs.
+  (``cpu_without_gpu``), and GPU runs that were inconclusive, blocked or smoke runs;
+- reports graded under another version of the rubric re-scored, or flagged for a regrade
+  (course.rescore).
 
 Each graded student also leaves an outcome record (status, seconds, flags, changes) in
 ``<csv stem>-reports/outcomes/``, so a gradebook can be rebuilt from the folder alone.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from course import adjustments, canvas, feedback, regrade, similarity
+from course import adjustments, anonymous, canvas, changelog, feedback, late, regrade, rescore, similarity
 from course.discovery import Student, safe_file_name
-from course.outcomes import StudentGrade, apply_report, default_rows, escape_cell, save_rows, write_csv
+from course.outcomes import StudentGrade, apply_report, default_rows, save_rows, write_csv
+from grader.layout import DEFAULT_RUBRIC
 from grader.protocol import read_json_report, report_text, write_atomic
 from grader.report import counted
 
-CHANGELOG_COLUMNS = ("when", "run", "student", "criterion", "old_points", "new_points", "old_status", "new_status")
 # Flags that come from a student's JSON report; recomputed when GPU results change it.
 REPORT_FLAGS = ("missing:", "criterion_errors=", "policy_findings=", "blocked_points=")
 GPU_SOURCE = "GPU run"
@@ -55,8 +57,12 @@ class Options:
     canvas_without_gpu: bool = False
     adjustments: Path | None = None
     feedback: Path | None = None
+    rubric: Path | None = None  # None: the grader's own (grader/rubric.toml)
+    late_policy: Path | None = None
+    anonymous: bool = False  # pseudonyms in the CSV and the dashboard (course.anonymous)
 
-    PATHS = ("canvas", "roster", "gpu_reports", "html", "public_solutions", "adjustments", "feedback")
+    PATHS = ("canvas", "roster", "gpu_reports", "html", "public_solutions", "adjustments", "feedback", "rubric",
+             "late_policy")
 
     def to_json(self) -> dict:
         return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(self).items()}
@@ -82,10 +88,6 @@ def submissions_folder(csv_path: Path) -> Path:
     return csv_path.parent / f"{csv_path.stem}-submissions"
 
 
-def changelog_path(csv_path: Path) -> Path:
-    return csv_path.parent / f"{csv_path.stem}-changelog.csv"
-
-
 def check(options: Options, students: list[Student]) -> canvas.Roster | None:
     """The roster, once the options are known to fit ``students``.
 
@@ -94,9 +96,14 @@ def check(options: Options, students: list[Student]) -> canvas.Roster | None:
             could be anything (no --roster and no --name-is).
         canvas.RosterError: an unreadable roster.
         adjustments.AdjustmentsError: an adjustments file that cannot be used.
+        late.LatePolicyError: a late policy that cannot be used.
     """
     if options.adjustments is not None:
         adjustments.read(options.adjustments)  # a bad file is said before anyone is graded
+    if options.late_policy is not None:
+        late.read(options.late_policy)
+    if options.rubric is not None and not options.rubric.is_file():
+        raise canvas.OptionsError(f"--rubric {options.rubric}: no such file")
     if options.name_is is not None and options.name_is not in canvas.NAME_IS:
         raise canvas.OptionsError(f"--name-is {options.name_is!r}: expected one of {', '.join(canvas.NAME_IS)}")
     if options.canvas is None:
@@ -144,7 +151,7 @@ def load_outcome(student: str, folder: Path, run: str | None) -> StudentGrade | 
     if not isinstance(record, dict) or record.get("student") != student or (run is not None and record.get("run") != run):
         return None
     try:
-        fields = {key: record[key] for key in asdict(StudentGrade("", Path(), Path()))}
+        fields = {key: record[key] for key in asdict(StudentGrade("", Path(), Path())) if key in record}
         return StudentGrade(**{**fields, "path": Path(fields["path"]), "report_path": Path(fields["report_path"])})
     except (KeyError, TypeError):
         return None
@@ -225,41 +232,14 @@ def _merge_one(outcome: StudentGrade, cpu: dict, gpu: dict) -> None:
     _refresh(outcome, cpu)
 
 
-def write_changelog(path: Path, run: str, outcomes: list[StudentGrade]) -> int:
-    """Append what run ``run`` changed to the changelog, unless it is there already;
-    the number of rows written."""
-    rows = [(o.student, change) for o in outcomes for change in o.changes]
-    if not rows:
-        return 0
-    if path.exists():
-        with open(path, newline="", encoding="utf-8") as handle:
-            logged = list(csv.DictReader(handle))
-        if any(row.get("run") == run for row in logged):
-            return 0
-        # an override is applied at every build of the gradebook: logged once per value
-        said = {(row.get("student"), row.get("criterion"), row.get("new_points"), row.get("new_status")) for row in logged}
-        rows = [(student, change) for student, change in rows if change["criterion"] != OVERRIDE
-                or (escape_cell(student), escape_cell(OVERRIDE), escape_cell(change["new_points"]),
-                    escape_cell(change["new_status"])) not in said]
-        if not rows:
-            return 0
-    when = time.strftime("%Y-%m-%d %H:%M:%S")
-    with open(path, "a", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        if handle.tell() == 0:
-            writer.writerow(CHANGELOG_COLUMNS)
-        for student, change in rows:
-            cells = [when, run, student, *(change[key] for key in CHANGELOG_COLUMNS[3:])]
-            writer.writerow([escape_cell(cell) for cell in cells])
-    return len(rows)
-
-
 def finish(
     outcomes: list[StudentGrade], students: list[Student], csv_path: Path, options: Options, run: str, progress=print,
 ) -> list[StudentGrade]:
-    """What every flow does once its students are graded (``batch`` and ``slurm merge`` alike):
-    the similarity pass, the GPU results merged, identities matched, the CSV, the Canvas file,
-    the changelog and the dashboard; return every row (GPU-only students added)."""
+    """What every flow does once its students are graded (``batch``, ``slurm merge`` and
+    ``import-gradescope`` alike): the similarity pass, the GPU results merged, the reports brought
+    up to the rubric (course.rescore), identities matched, the late policy and the adjustments
+    applied, the CSV (anonymous where asked), the Canvas file, the changelog, the feedback and
+    the dashboard; return every row (GPU-only students added)."""
     reports = reports_folder(csv_path)
     if options.similarity_threshold is not None:  # flags only, never a score
         similarity.flag_batch(outcomes, reports, threshold=options.similarity_threshold,
@@ -268,24 +248,60 @@ def finish(
     gpu_folder = options.gpu_reports or reports / "gpu"
     if gpu_folder.is_dir():
         outcomes = outcomes + merge_gpu(outcomes, gpu_folder)
+    reconcile_rubric(outcomes, options.rubric or DEFAULT_RUBRIC, progress)
     identities = identify_all(outcomes, students, roster, options)
-    finals = apply_adjustments(outcomes, options.adjustments, progress) if options.adjustments else None
-    write_csv(csv_path, default_rows(outcomes, finals, csv_path.parent))
+    adjusted = apply_adjustments(outcomes, students, options, progress)
+    pseudonyms = anonymous.assign(reports, [o.student for o in outcomes]) if options.anonymous else None
+    write_csv(csv_path, default_rows(outcomes, csv_path.parent, adjusted, options.late_policy is not None, pseudonyms))
     if options.canvas is not None:
-        write_canvas(outcomes, identities, roster, options, progress, finals or {})
+        write_canvas(outcomes, identities, roster, options, progress)
     save_rows(reports, outcomes)
-    changed = write_changelog(changelog_path(csv_path), run, outcomes)
-    if changed:
-        progress(f"regrade: {changed} criterion result(s) changed -> {changelog_path(csv_path)}")
+    log = changelog.path_of(csv_path)
+    said = changelog.summary(log, *changelog.write(log, run, outcomes))
+    if said:
+        progress(said)
     if options.feedback is not None:
-        reasons = {name: a.reason for name, a in adjustments.read(options.adjustments).items()} if options.adjustments else {}
-        progress(f"feedback: {feedback.write_all(outcomes, options.feedback, finals, reasons)} files -> {options.feedback}")
+        write_feedback(outcomes, options.feedback, options.rubric, progress)
     if options.html is not None:
         from course.dashboard import write  # Jinja2: only when a dashboard is asked for
 
-        write(reports, options.html)
-        progress(f"dashboard -> {options.html}")
+        write(reports, options.html, anonymous=options.anonymous)
+        progress(f"dashboard -> {options.html}{' (anonymous)' if options.anonymous else ''}")
     return outcomes
+
+
+def write_feedback(outcomes: list[StudentGrade], folder: Path, rubric: Path | None, progress=print) -> None:
+    """Each student's feedback file, as the rubric in force shows it (course.feedback)."""
+    shown = None
+    if rubric is not None:
+        from grader.rubric import load_rubric  # imports the checks (torch): only for another rubric
+
+        shown = load_rubric(rubric)
+    progress(f"feedback: {feedback.write_all(outcomes, folder, shown)} files -> {folder}")
+
+
+def reconcile_rubric(outcomes: list[StudentGrade], rubric: Path, progress=print) -> None:
+    """Bring every report graded under another version of ``rubric`` up to it where its stored
+    results allow (course.rescore); flag and name the students whose criteria need grading again."""
+    stored = {o.student: report for o in outcomes if o.score is not None
+              and (report := read_json_report(o.report_path)) is not None and "rubric" in report}
+    if not stored:
+        return  # no report says its rubric (Gradescope's totals, reports of older graders)
+    current = rescore.load(rubric)
+    regrades = {}
+    for outcome in outcomes:
+        if outcome.student not in stored:
+            continue
+        done = rescore.reconcile(stored[outcome.student], current)
+        if done.rewritten:
+            write_atomic(outcome.report_path, json.dumps(done.report, indent=2) + "\n")
+            _refresh(outcome, done.report)
+        outcome.changes += done.changes
+        if done.regrade:
+            regrades[outcome.student] = done.regrade
+            _flag(outcome, rescore.REGRADE_FLAG)
+    if regrades:
+        progress(rescore.regrade_advice(regrades, rubric))
 
 
 def identify_all(outcomes: list[StudentGrade], students: list[Student], roster: canvas.Roster | None,
@@ -302,28 +318,35 @@ def identify_all(outcomes: list[StudentGrade], students: list[Student], roster: 
     return identities
 
 
-def apply_adjustments(outcomes: list[StudentGrade], path: Path, progress=print) -> dict[str, float | None]:
-    """``{student: final score}`` with the file's penalties and overrides (the raw score stays
-    in ``outcome.score``); flags say which applied; a new override goes into the changelog."""
-    table = adjustments.read(path)
-    finals = {}
+def apply_adjustments(outcomes: list[StudentGrade], students: list[Student], options: Options, progress=print) -> bool:
+    """Set each student's course score (``final``, ``adjustment``, ``reason``) from the late policy
+    and the adjustments file, the raw score kept in ``score``; flags say what applied; a new
+    override goes into the changelog. False (nothing set) when the options give neither."""
+    if options.adjustments is None and options.late_policy is None:
+        return False
+    table = adjustments.read(options.adjustments) if options.adjustments else {}
+    judged = late.judge_all(late.read(options.late_policy), outcomes, students, progress) if options.late_policy else {}
     for outcome in outcomes:
-        adjustment = table.pop(outcome.student, None)
+        lateness = judged.get(outcome.student)
+        from_policy = adjustments.Adjustment(lateness.penalty or None, None, lateness.reason()) if lateness else None
+        adjustment = adjustments.combine(from_policy, table.pop(outcome.student, None))
+        outcome.final = adjustment.final(outcome.score) if adjustment else outcome.score
+        outcome.adjustment = adjustment.describe() if adjustment else ""
+        outcome.reason = adjustment.reason if adjustment else ""
         if adjustment is None:
             continue
-        finals[outcome.student] = adjustment.final(outcome.score)
         outcome.flags = list(dict.fromkeys([*outcome.flags, *adjustment.flags()]))
         if adjustment.override is not None:
             outcome.changes.append({"criterion": OVERRIDE, "old_points": outcome.score,
                                     "new_points": adjustment.override, "old_status": "",
                                     "new_status": f"override: {adjustment.reason}".strip()})
     if table:
-        progress(f"adjustments: no student named {', '.join(sorted(table))} in this class ({path})")
-    return finals
+        progress(f"adjustments: no student named {', '.join(sorted(table))} in this class ({options.adjustments})")
+    return True
 
 
 def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] | None], roster: canvas.Roster | None,
-                 options: Options, progress=print, finals: dict[str, float | None] | None = None) -> None:
+                 options: Options, progress=print) -> None:
     """Canvas's import: one row per student Canvas can match (the others are named in a line);
     an empty cell ("no change") for a score that is not trustworthy or not complete (criteria
     blocked until the GPU merge, unless ``canvas_without_gpu``); a warning when the scores are
@@ -338,8 +361,7 @@ def write_canvas(outcomes: list[StudentGrade], identities: dict[str, list[str] |
         blocked = any(f.startswith("blocked_points=") for f in outcome.flags) and not options.canvas_without_gpu
         if blocked:
             waiting.append(outcome.student)
-        score = (finals or {}).get(outcome.student, outcome.score)
-        rows.append((identity, None if blocked else score))
+        rows.append((identity, None if blocked else outcome.course_score()))
         if outcome.max_score is not None:  # what its score is out of in Canvas, now or after the GPU merge
             out_of.add((outcome.max_score, blocked_points(outcome)))
     write_csv(options.canvas, canvas.import_rows(options.assignment or "", rows))

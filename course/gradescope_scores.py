@@ -12,7 +12,8 @@ Grades page > Download Grades > CSV): one row per student, ``First Name`` and ``
 
 Each row becomes a row of the course's gradebook, written as ``batch`` writes one
 (course.gradebook.finish): the CSV, the dashboard (totals only: each criterion's result stays
-on Gradescope), Canvas's import, the course's adjustments. The student is named by their SID
+on Gradescope), Canvas's import, the course's adjustments and late policy (each row's
+``Submission Time`` is its submission time). The student is named by their SID
 (``--student-is email``: their email); the row's flags say where it came from (``gradescope``),
 ``late=H:M:S`` when Gradescope recorded lateness, ``submissions=N``, and ``no_submission`` for
 a student Gradescope lists as Missing (no score: Canvas's cell stays empty).
@@ -23,6 +24,7 @@ import argparse
 import csv
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from course import gradebook
@@ -51,6 +53,7 @@ class ScoreRow:
     status: str
     lateness: str
     submissions: str
+    submitted: str = ""  # the Submission Time, ISO 8601 ("" when none): for the late policy (course.late)
 
 
 def _number(text: str, where: str) -> float | None:
@@ -74,7 +77,27 @@ def _row(row: dict[str, str], where: str, student_is: str) -> ScoreRow:
     name = (row.get("Name") or f"{row.get('First Name') or ''} {row.get('Last Name') or ''}").strip()
     return ScoreRow(student, name, _number(row["Total Score"], f"{where} Total Score"),
                     _number(row["Max Points"], f"{where} Max Points"), STATUSES[status],
-                    (row.get("Lateness (H:M:S)") or "").strip(), (row.get("Submission Count") or "").strip())
+                    (row.get("Lateness (H:M:S)") or "").strip(), (row.get("Submission Count") or "").strip(),
+                    _time(row.get("Submission Time") or "", f"{where} Submission Time"))
+
+
+def _time(text: str, where: str) -> str:
+    """Gradescope's ``2024-05-01 23:50:00 -0700`` as ISO 8601; "" for none.
+
+    Raises:
+        ScoresError: a time that is not one.
+    """
+    text = text.strip()
+    if not text:
+        return ""
+    for parse in (lambda: datetime.strptime(text, "%Y-%m-%d %H:%M:%S %z"), lambda: datetime.fromisoformat(text)):
+        try:
+            when = parse()
+        except ValueError:
+            continue
+        if when.tzinfo is not None:
+            return when.isoformat()
+    raise ScoresError(f"{where}: {text!r} is not a time with its UTC offset (2024-05-01 23:50:00 -0700)")
 
 
 def read(path: Path, student_is: str = "sid") -> list[ScoreRow]:
@@ -114,7 +137,7 @@ def outcome(row: ScoreRow, path: Path, reports: Path) -> StudentGrade:
         flags.append("needs_review")
     score = row.score if row.status == "graded" else None
     return StudentGrade(row.student, path, reports / f"{safe_file_name(row.student)}.json", status=row.status,
-                        score=score, max_score=row.max_points, flags=flags, detail=row.name)
+                        score=score, max_score=row.max_points, flags=flags, detail=row.name, submitted=row.submitted)
 
 
 def import_scores(path: Path, csv_path: Path, options: gradebook.Options, student_is: str = "sid",
@@ -129,7 +152,7 @@ def import_scores(path: Path, csv_path: Path, options: gradebook.Options, studen
     reports = gradebook.reports_folder(csv_path)
     reports.mkdir(parents=True, exist_ok=True)
     outcomes = [outcome(row, path, reports) for row in rows]
-    students = [Student(o.student, path, []) for o in outcomes]
+    students = [Student(o.student, path, [], submitted_at=o.submitted) for o in outcomes]
     gradebook.check(options, students)
     progress(f"Gradescope: {len(outcomes)} students from {path}")
     return gradebook.finish(outcomes, students, csv_path, options, f"gradescope-{secrets.token_hex(4)}", progress)

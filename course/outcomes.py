@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course import anonymous
 from grader.layout import STUDENT_FILES
 from grader.protocol import one_line, write_atomic
 
@@ -39,6 +40,15 @@ class StudentGrade:
     seconds: float = 0.0
     detail: str = ""
     changes: list[dict] = field(default_factory=list)  # what a regrade changed (course.regrade)
+    submitted: str = ""  # when, as the source says (ISO 8601; course.late), or ""
+    # The course's score, set at each build of the gradebook (course.gradebook.apply_adjustments):
+    final: float | None = None  # after the adjustment (late penalty, override); the raw total is `score`
+    adjustment: str = ""  # "penalty 20%", "override 85", "" for none
+    reason: str = ""  # the adjustment's, or what the late policy found (an extension, on time)
+
+    def course_score(self) -> float | None:
+        """The score the course records: the adjusted one where there is an adjustment, else the raw total."""
+        return self.final if self.adjustment else self.score
 
 
 def apply_report(outcome: StudentGrade, report: dict) -> None:
@@ -98,18 +108,26 @@ def report_cell(report_path: Path, base: Path | None) -> str:
         return str(Path(report_path).resolve())
 
 
-def default_rows(outcomes: list[StudentGrade], finals: dict[str, float | None] | None = None,
-                 base: Path | None = None) -> list[list[object]]:
-    """The gradebook CSV's rows; with ``finals`` (the course's adjustments), a ``final``
-    column after the grader's raw ``total``; report paths relative to ``base`` (the CSV's folder)."""
+def default_rows(outcomes: list[StudentGrade], base: Path | None = None, adjusted: bool = False,
+                 late: bool = False, pseudonyms: dict[str, str] | None = None) -> list[list[object]]:
+    """The gradebook CSV's rows; report paths relative to ``base`` (the CSV's folder). ``adjusted``
+    (adjustments or a late policy): ``adjustment`` and ``final`` after the grader's raw ``total``,
+    the adjustment's ``reason`` last; ``late`` (a late policy): the ``submitted`` time too.
+    ``pseudonyms`` (anonymous grading): students named by pseudonym, no report paths."""
     problems = sorted({p for o in outcomes for p in o.problems}, key=problem_key)
-    final = ["final"] if finals is not None else []
-    rows: list[list[object]] = [["student", *problems, "total", *final, "max_score", "status", "flags", "report"]]
+    final = ["adjustment", "final"] if adjusted else []
+    after = (["submitted"] if late else []) + (["reason"] if adjusted else [])
+    rows: list[list[object]] = [["student", *problems, "total", *final, "max_score", "status", "flags", "report", *after]]
     for o in outcomes:
         scores = [o.problems.get(p) if o.score is not None else None for p in problems]
-        adjusted = [finals.get(o.student, o.score)] if finals is not None else []
-        rows.append([o.student, *scores, o.score, *adjusted, o.max_score, o.status, ";".join(o.flags),
-                     report_cell(o.report_path, base)])
+        course = [o.adjustment, o.course_score()] if adjusted else []
+        tail = ([o.submitted] if late else []) + ([o.reason] if adjusted else [])
+        if pseudonyms is None:
+            rows.append([o.student, *scores, o.score, *course, o.max_score, o.status, ";".join(o.flags),
+                         report_cell(o.report_path, base), *tail])
+        else:
+            rows.append([pseudonyms[o.student], *scores, o.score, *course, o.max_score, o.status,
+                         ";".join(anonymous.flags(o.flags, pseudonyms)), "", *tail])
     return rows
 
 
@@ -121,7 +139,8 @@ def write_csv(path: Path, rows: list[list]) -> None:
 def save_rows(reports: Path, outcomes: list[StudentGrade]) -> None:
     """The gradebook's rows as the CSV has them, into ``reports``/:data:`ROWS_FILE`."""
     rows = [{"student": o.student, "status": o.status, "score": o.score, "max_score": o.max_score, "flags": o.flags,
-             "detail": o.detail, "report": o.report_path.name} for o in outcomes]
+             "detail": o.detail, "report": o.report_path.name, "final": o.course_score(), "adjustment": o.adjustment,
+             "reason": o.reason, "submitted": o.submitted} for o in outcomes]
     reports.mkdir(parents=True, exist_ok=True)
     write_atomic(reports / ROWS_FILE, json.dumps(rows, indent=1) + "\n")
 

@@ -237,11 +237,6 @@ def _observe(observe, job: Job, reporter: _Reporter) -> dict[str, object]:
         return {"kind": Kind.FAIL.value, "message": str(unusable)}
     except BaseException as error:  # the student's code raised (SystemExit included)
         reporter.release()
-        judging = sys.modules.get("grader.checks.judging")  # a one-module check judges in the child
-        if judging is not None and isinstance(error, judging.Fail):
-            tampered = error.details.get("tampered") if type(error.details) is dict else None
-            envelope: dict[str, object] = {"kind": Kind.FAIL.value, "message": str(error)}
-            return {**envelope, "tampered": [str(name) for name in tampered]} if tampered else envelope
         return _exception_envelope(error, job)
     reporter.release()
     try:

@@ -8,7 +8,9 @@ is data: a report the judge cannot read is the student's ``failed``, never ``err
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import json
 import os
 import platform
 import secrets
@@ -65,6 +67,22 @@ def gpu_count() -> int:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:  # noqa: BLE001 - a broken driver means no GPU to grade on
         return 0
+
+
+def check_fingerprint(criterion: Criterion) -> str:
+    """What decides a criterion's result, hashed: its check, params, hardware and fallback (not its
+    points, title, timeout or visibility). A rubric edit that keeps it can be re-scored from a stored
+    result; one that changes it needs the criterion graded again."""
+    decides = [criterion.check, criterion.params, criterion.needs, criterion.fallback]
+    return hashlib.sha256(json.dumps(decides, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def rubric_fingerprint(criteria: list[Criterion]) -> dict:
+    """The rubric a report is graded with: ``{"sha256": of every criterion's id, points and check
+    fingerprint, "criteria": {id: check fingerprint}}`` over the active ``criteria``."""
+    prints = {c.id: check_fingerprint(c) for c in criteria}
+    whole = json.dumps(sorted((c.id, c.points, prints[c.id]) for c in criteria))
+    return {"sha256": hashlib.sha256(whole.encode()).hexdigest()[:16], "criteria": prints}
 
 
 def select(criteria: list[Criterion], only: list[str] | None) -> list[Criterion]:
@@ -226,6 +244,7 @@ def _new_report(submission: Submission, rubric: Rubric, planned: int, seed: int 
     report = Report(
         submission=submission.path, files=submission.sha256(), environment=environment(),
         seed=secrets.randbelow(2**31 - 1) if seed is None else seed, planned=planned,
+        rubric=rubric_fingerprint(rubric.active()),
     )
     findings = policy.scan(submission.files, rubric.forbidden)
     report.policy_findings = findings[:policy.FINDINGS_KEPT]
@@ -276,7 +295,7 @@ def _grade_criterion(criterion: Criterion, report: Report, submission: Submissio
         id=criterion.id, problem=criterion.problem, title=criterion.title, points=criterion.points,
         earned=criterion.points if status == Status.PASSED else 0, status=status, message=message,
         seconds=round(time.perf_counter() - started, 3), output=output if status != Status.PASSED else "",
-        details=details,
+        details=details, fingerprint=check_fingerprint(criterion),
     )
 
 

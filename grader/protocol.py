@@ -222,6 +222,7 @@ class Result:
     seconds: float
     output: str = ""
     details: dict = field(default_factory=dict)
+    fingerprint: str = ""  # of what decided the result (grader.grading.check_fingerprint)
 
     def __post_init__(self) -> None:
         self.message = storable(self.message, MESSAGE_BYTES)
@@ -260,6 +261,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     policy_findings: list[dict] = field(default_factory=list)
     review: list[str] = field(default_factory=list)
+    rubric: dict = field(default_factory=dict)  # the rubric it was graded with (grader.grading.rubric_fingerprint)
 
     @property
     def needs_review(self) -> bool:
@@ -310,6 +312,7 @@ def as_json(report: Report) -> dict:
         "review_reasons": report.review,
         "policy_findings": [{key: storable(value, NOTE_BYTES) if isinstance(value, str) else value
                              for key, value in finding.items()} for finding in report.policy_findings],
+        "rubric": report.rubric,
         "criteria": [asdict(result) for result in report.results],
     }
 

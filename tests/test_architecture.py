@@ -4,7 +4,9 @@ An ``ast`` walk over every ``import`` statement, module level and inside functio
 - no cycle among ``minitorch/`` modules;
 - no provided module imports a student file, except the command-line entry points that
   exist to run the student's code, and those only inside functions (never at import);
-- ``grader/`` imports nothing from ``kit/`` or ``course/``; ``minitorch/`` imports none of them;
+- ``grader/`` imports nothing from ``kit/`` or ``course/`` (except the mutation measure,
+  ``grader/mutation/``, which grades nothing and which nothing that grades imports);
+  ``minitorch/`` imports none of them;
 - ``course/`` (running a class) uses the grader, never the kit builder, and its modules form no
   cycle (shared pieces have a public home, :mod:`course.outcomes`; nothing imports another
   module's private name).
@@ -97,11 +99,26 @@ def test_provided_modules_do_not_import_student_files():
     assert not offenders, offenders
 
 
+# The mutation measure (make mutation) mutates the answer key's solution regions as the kit's
+# own parser finds them; it grades nothing and nothing that grades imports it.
+MUTATION = REPOSITORY / "grader" / "mutation"
+
+
 def test_grader_and_minitorch_never_import_the_kit_builder():
     for folder in ("grader", "minitorch", "course"):
         for path in sorted((REPOSITORY / folder).rglob("*.py")):
+            if MUTATION in path.parents:
+                continue
             kit = [m for m, _ in imports(path) if m == "kit" or m.startswith("kit.")]
             assert not kit, f"{path.relative_to(REPOSITORY)} imports {kit}"
+
+
+def test_nothing_that_grades_imports_the_mutation_measure():
+    """So it never reaches the Gradescope bundle, which ships what grading imports."""
+    for path in sorted((REPOSITORY / "grader").rglob("*.py")):
+        if MUTATION not in path.parents:
+            mutation = [m for m, _ in imports(path) if m.startswith("grader.mutation")]
+            assert not mutation, f"{path.relative_to(REPOSITORY)} imports {mutation}"
 
 
 def test_minitorch_never_imports_the_grader():

@@ -21,6 +21,7 @@ import argparse
 import ast
 import hashlib
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -268,10 +269,42 @@ def table(registry: Registry, problem: str) -> str:
     return "\n".join(rows)
 
 
+def describe_criterion(criterion_id: str) -> str:
+    """Where a criterion's check lives and what it tries: its rubric entry, its check's two
+    sides (files), the promises that name it and their public tests."""
+    criteria = {c.id: c for c in load_rubric().criteria}
+    if criterion_id not in criteria:
+        close = sorted(c for c in criteria if c.startswith(criterion_id.split("-")[0]))
+        raise ValueError(f"no criterion {criterion_id!r} in the rubric" + (f"; {problem_hint(close)}" if close else ""))
+    criterion = criteria[criterion_id]
+    lines = [f"{criterion.id} ({criterion.points:g} points): {criterion.title}", f"  check   {criterion.check}"]
+    for side, module in (("child", criterion.observe_module), ("parent", criterion.judge_module)):
+        lines.append(f"  {side:<7} {module.replace('.', '/')}.py")
+    if criterion.fallback:
+        lines.append(f"  fallback: the grader's {criterion.fallback} where the student's own fail")
+    for promise in load().promises:
+        if criterion_id in promise.criteria:
+            lines.append(f"  promise {promise.id}: {normalise(promise.quote)}")
+            lines.extend(f"          public test {test}" for test in promise.public)
+    return "\n".join(lines)
+
+
+def problem_hint(close: list[str]) -> str:
+    return "did you mean " + ", ".join(close[:6]) + "?"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader.promises", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--fingerprints", action="store_true", help="print every student unit's current fingerprint")
+    parser.add_argument("--criterion", metavar="ID", help="where a criterion's check lives, and the promises and public tests it tries")
     args = parser.parse_args(argv)
+    if args.criterion:
+        try:
+            print(describe_criterion(args.criterion))
+        except ValueError as error:
+            print(f"python -m grader.promises: {error}", file=sys.stderr)
+            return 2
+        return 0
     if args.fingerprints:
         for name, text in sorted(student_units().items()):
             print(f"{fingerprint(text)}  {name}")

@@ -8,9 +8,10 @@ asks the written questions beside those figures (Q1-Q9)::
                                    and stages that compute, beside 2M/(M+1) and the bubble  (Q1, Q3)
     balance           Problem 2.4  your balanced split against the even split, simulated      (Q2)
     activations       Problems 4.1, 4.2  peak activations per device of GPipe, your 1F1B and
-                                   your interleaved schedule: simulated and executed            (Q4)
-    recomputation     Problem 4.3  your checkpoint_sequential: stored activations, time and
-                                   recomputed forwards against the number of segments        (Q5)
+                                   your interleaved schedule against M: simulated and executed (Q4)
+    recomputation     Problem 4.3  your checkpoint_sequential: stored activations (beside an
+                                   upper bound), time and recomputed forwards against the
+                                   number of segments                                        (Q5)
     tp_bytes          Problem 3    bytes your tensor-parallel layer moves per rank (gloo,
                                    t = 2), recorded against the formula; with and without
                                    sequence parallelism, and the activations each rank keeps (Q6)
@@ -21,8 +22,10 @@ One progress line per measurement. A measurement whose code is still a stub (or 
 line saying so; the others still run and the command exits 0. ``--quick`` (or the environment
 variable MINITORCH_REPORT_QUICK=1) shrinks every measurement to a few seconds: its numbers are
 for checking that the report runs, not for answering the questions. The full run takes about
-1-2 minutes on a 2-core laptop. Times are wall-clock seconds on this machine's CPU; the numbers
-differ from run to run (close other programs first).
+1-2 minutes on a 2-core laptop. Times are wall-clock seconds on this machine's CPU, the median
+of repeats drawn with their spread; they differ from run to run. Every JSON records the CPUs
+and the load average, and the figures of timings say in their title what share of a core a
+single-threaded run got: well below 1.0, other programs took the cores (close them, rerun).
 """
 from __future__ import annotations
 
@@ -34,22 +37,22 @@ import statistics
 import sys
 import time
 import traceback
-import weakref
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
 from minitorch import cli
+from minitorch import report_figures as figures
+from minitorch import report_probes as probes
 
 QUICK_VARIABLE = "MINITORCH_REPORT_QUICK"
 DEFAULT_OUT = Path("report")
+FIGURE_DPI = 110
 
 
 class Missing(Exception):
@@ -83,87 +86,6 @@ def student(module_name: str, name: str, problem: str) -> Any:
     return getattr(module, name)
 
 
-def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-@contextmanager
-def single_threaded():
-    """One intra-op thread: a stage thread then computes on one core, as in `make bench`."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-# ---------------------------------------------------------------- saved activations
-
-
-class SavedBytes:
-    """Bytes of the tensors autograd saves for backward that are alive, and their peak.
-
-    ``with SavedBytes(exclude=params) as saved: ...`` counts every tensor saved while the
-    block runs (forward and, for recomputation, backward), once per storage; a storage
-    stops counting when autograd lets the last saved reference go. Parameters are excluded:
-    they are not activations.
-    """
-
-    def __init__(self, exclude: Sequence[torch.Tensor] = ()):
-        self._excluded = {p.untyped_storage().data_ptr() for p in exclude}
-        self._references: dict[int, int] = {}
-        self._sizes: dict[int, int] = {}
-        self.live = 0
-        self.peak = 0
-
-    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        key = storage.data_ptr()
-        if key in self._excluded or tensor.device.type != "cpu":
-            return tensor
-        if key not in self._references:
-            self._sizes[key] = storage.nbytes()
-            self.live += storage.nbytes()
-            self.peak = max(self.peak, self.live)
-        self._references[key] = self._references.get(key, 0) + 1
-        holder = _Holder(tensor)
-        weakref.finalize(holder, self._release, key)
-        return holder  # type: ignore[return-value]  # unpack gives the tensor back
-
-    def _release(self, key: int) -> None:
-        self._references[key] -= 1
-        if not self._references[key]:
-            del self._references[key]
-            self.live -= self._sizes.pop(key)
-
-    @staticmethod
-    def _unpack(value: Any) -> torch.Tensor:
-        return value.tensor if isinstance(value, _Holder) else value
-
-    def __enter__(self) -> SavedBytes:
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._hooks.__exit__(*exc_info)
-
-
-class _Holder:
-    """What autograd keeps for a saved tensor: freed exactly when autograd frees it."""
-
-    __slots__ = ("tensor", "__weakref__")
-
-    def __init__(self, tensor: torch.Tensor):
-        self.tensor = tensor
-
-
 # ---------------------------------------------------------------- Problem 2.2: Pipe speedup
 
 
@@ -187,6 +109,7 @@ def run_pipe_speedup(settings: Settings) -> dict:
     counts = (1, 4) if settings.quick else (1, 2, 4, 8, 16)
     rows, width = (64, 64) if settings.quick else (1024, 512)
     stage_seconds = 0.01 if settings.quick else 0.08
+    repeats = 3 if settings.quick else 5
     torch.manual_seed(0)
     kinds: dict[str, list[nn.Module]] = {
         "sleep": [SleepStage(stage_seconds / rows) for _ in range(2)],
@@ -194,7 +117,8 @@ def run_pipe_speedup(settings: Settings) -> dict:
     }
     inputs = torch.randn(rows, width)
     results = []
-    with single_threaded(), torch.no_grad():
+    sequential_cpu = probes.CpuShare()  # what the single-threaded sequential runs got of a core
+    with probes.single_threaded(), torch.no_grad():
         for kind, stages in kinds.items():
             for num_microbatches in counts:
                 outputs: dict[str, torch.Tensor] = {}
@@ -202,10 +126,13 @@ def run_pipe_speedup(settings: Settings) -> dict:
                     def check():
                         torch.testing.assert_close(outputs["pipe"], outputs["sequential"])
 
+                    def sequential():
+                        outputs["sequential"] = stages[1](stages[0](inputs))
+
                     timing = time_paired(
-                        lambda: outputs.__setitem__("sequential", stages[1](stages[0](inputs))),
+                        sequential_cpu.timed(sequential) if kind == "compute" else sequential,
                         lambda: outputs.__setitem__("pipe", pipe(inputs)),
-                        repeats=3 if settings.quick else 5, max_attempts=1 if settings.quick else 2, check=check)
+                        repeats=repeats, max_attempts=1 if settings.quick else 2, check=check)
                 speedup = timing.median_ratio
                 results.append({
                     "stages": kind, "M": num_microbatches, "speedup": speedup,
@@ -217,32 +144,8 @@ def run_pipe_speedup(settings: Settings) -> dict:
                     "bubble_measured": 1 - speedup / 2,
                 })
     return {"num_stages": 2, "rows": rows, "width": width, "stage_seconds_sleep": stage_seconds,
-            "intra_op_threads": 1, "cpus": os.cpu_count(), "results": results}
-
-
-def plot_pipe_speedup(data: dict, plt) -> Any:
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.3))
-    results = data["results"]
-    counts = sorted({row["M"] for row in results})
-    left.plot(counts, [2 * m / (m + 1) for m in counts], "k--", label="2M/(M+1): K = 2 stages, only the fill-and-drain bubble")
-    right.plot(counts, [1 / (m + 1) for m in counts], "k--", label="formula (K-1)/(M+K-1), K = 2")
-    for kind, marker in (("sleep", "o-"), ("compute", "s-")):
-        rows = [row for row in results if row["stages"] == kind]
-        label = "stages that sleep" if kind == "sleep" else f"stages that compute (width {data['width']}, 1 thread each)"
-        left.errorbar([r["M"] for r in rows], [r["speedup"] for r in rows], fmt=marker, capsize=3, label=label,
-                      yerr=[[r["speedup"] - r["speedup_min"] for r in rows],
-                            [r["speedup_max"] - r["speedup"] for r in rows]])
-        right.plot([r["M"] for r in rows], [r["bubble_measured"] for r in rows], marker, label=f"{label}: 1 - speedup/K")
-    left.set(title="Your Pipe, forward only, K = 2 stages", xlabel="microbatches M",
-             ylabel="speedup over sequential (x, median; bars: min-max)")
-    right.set(title="Bubble: idle share of the 2 stages' time", xlabel="microbatches M",
-              ylabel="bubble fraction of total time")
-    for axis in (left, right):
-        axis.set_xscale("log", base=2)
-        axis.set_xticks(counts, [str(m) for m in counts])
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    return figure
+            "intra_op_threads": 1, "repeats": repeats, "single_thread_cpu_share": sequential_cpu.share,
+            "results": results}
 
 
 # ---------------------------------------------------------------- Problem 2.4: balance
@@ -293,95 +196,61 @@ def run_balance(settings: Settings) -> dict:
             "uniform_bubble": [{"M": m, "bubble": (num_stages - 1) / (m + num_stages - 1)} for m in counts]}
 
 
-def plot_balance(data: dict, plt) -> Any:
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.3))
-    num_stages = data["num_stages"]
-    positions = range(num_stages)
-    for offset, (name, split) in zip((-0.2, 0.2), data["splits"].items()):
-        bars = left.bar([p + offset for p in positions], split["stage_costs"], width=0.4,
-                        label=f"{name} split {split['sizes']}: slowest {split['slowest']:g}")
-        left.bar_label(bars, labels=[str(size) for size in split["sizes"]], fontsize=7, padding=1)
-    left.set(title=f"{len(data['costs']) - 1} layers of cost 1 and an output layer of {data['output_layer_cost']:g}",
-             xlabel="stage (bar label: layers in it)", ylabel="stage time per microbatch (layer units)")
-    left.set_xticks(list(positions))
-    for name, split in data["splits"].items():
-        rows = split["by_M"]
-        right.plot([r["M"] for r in rows], [r["bubble"] for r in rows], "o-", label=f"{name} split, simulated")
-    rows = data["uniform_bubble"]
-    right.plot([r["M"] for r in rows], [r["bubble"] for r in rows], "k--", label="(K-1)/(M+K-1), equal stages")
-    right.set(title=f"Bubble of the forward, K = {num_stages}", xlabel="microbatches M",
-              ylabel="idle share of total stage time")
-    right.set_xscale("log", base=2)
-    right.set_xticks([r["M"] for r in rows], [str(r["M"]) for r in rows])
-    for axis in (left, right):
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    return figure
-
-
 # ---------------------------------------------------------------- Problems 4.1-4.2: activations
 
 
 def run_activations(settings: Settings) -> dict:
+    """Each schedule at every M of the sweep: the simulator's peaks and the executor's."""
     from minitorch import schedules
-    from minitorch.executor import run_schedule
-    from minitorch.runtime import StageWorkers
 
-    num_stages, num_microbatches, num_chunks = 4, 8, 2
-    candidates: list[tuple[str, int, Callable[[], list]]] = [  # (name, chunks per device, schedule)
-        ("GPipe", 1, lambda: schedules.gpipe(num_stages, num_microbatches)),
-        ("1F1B (yours)", 1, lambda: student("pipeline", "one_f_one_b", "4.1")(num_stages, num_microbatches)),
-        (f"interleaved v = {num_chunks} (yours)", num_chunks, lambda: student(
-            "pipeline", "interleaved_one_f_one_b", "4.2")(num_stages, num_microbatches, num_chunks)),
+    num_stages, num_chunks, per_device_m = 4, 2, 8
+    counts = (2, 4, 8) if settings.quick else (1, 2, 4, 8, 16, 32)
+    candidates: list[tuple[str, int, Callable[[int], list]]] = [  # (name, chunks per device, schedule of M)
+        ("GPipe", 1, lambda m: schedules.gpipe(num_stages, m)),
+        ("1F1B (yours)", 1, lambda m: student("pipeline", "one_f_one_b", "4.1")(num_stages, m)),
+        (f"interleaved v = {num_chunks} (yours)", num_chunks, lambda m: student(
+            "pipeline", "interleaved_one_f_one_b", "4.2")(num_stages, m, num_chunks)),
     ]
-    width, rows = 16, 4 * num_microbatches
-    torch.manual_seed(0)
-    inputs, targets = torch.randn(rows, width), torch.randn(rows, width)
     entries = []
     for name, chunks, make in candidates:
-        entry: dict[str, Any] = {"schedule": name}
-        try:
-            schedule = make()
-            entry["predicted"] = schedules.simulate(schedule).peak_in_flight
-        except NotImplementedError as error:
-            entry["note"] = f"not implemented yet: {cli.blocked_by(error)}"
-        except (Missing, ValueError, TypeError) as error:
-            entry["note"] = f"your schedule failed: {one_line(error)}"
-        if "predicted" in entry:
-            stages = [nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(num_stages * chunks)]
-            try:
-                with StageWorkers(["cpu"] * num_stages, timeout=20.0) as workers:
-                    report = run_schedule(workers, stages, schedule, inputs, targets, F.mse_loss)
-                entry["measured"] = list(report.peak_live)
-            except Exception as error:  # the simulator accepted it; say why the executor did not run it
-                entry["measured_note"] = f"not run by the executor: {type(error).__name__}: {one_line(error)}"
-        entries.append(entry)
-    notes = [f"{entry['schedule']}: {entry['note']}" for entry in entries if "note" in entry]
-    return {"num_stages": num_stages, "num_microbatches": num_microbatches, "num_chunks": num_chunks, "notes": notes,
+        # The interleaved schedule takes M in multiples of K (Problem 4.2).
+        sweep = [m for m in counts if chunks == 1 or m % num_stages == 0]
+        entries.append({"schedule": name, "chunks": chunks, **peaks_against_m(make, num_stages, chunks, sweep)})
+    notes = [f"{entry['schedule']}: {note}" for entry in entries for note in entry["notes"]]
+    return {"num_stages": num_stages, "num_chunks": num_chunks, "per_device_M": per_device_m, "notes": notes,
             "unit": "microbatches whose activations a device holds (a chunk of a v-chunk device counts 1/v)",
             "schedules": entries}
 
 
-def plot_activations(data: dict, plt) -> Any:
-    entries = data["schedules"]
-    figure, axes = plt.subplots(1, len(entries), figsize=(4.2 * len(entries), 4.2), sharey=True, squeeze=False)
-    devices = list(range(data["num_stages"]))
-    for axis, entry in zip(axes[0], entries):
-        series = [("simulator (predicted)", entry.get("predicted")), ("executor (measured)", entry.get("measured"))]
-        drawn = [(label, values) for label, values in series if values]
-        for index, (label, values) in enumerate(drawn):
-            offset = (index - (len(drawn) - 1) / 2) * 0.36
-            axis.bar([d + offset for d in devices], values, width=0.36, label=label)
-        notes = [entry[key] for key in ("note", "measured_note") if key in entry]
-        axis.set_xlabel("\n".join(["device", *(wrap(note, 60) for note in notes)]), fontsize=8 if notes else None)
-        axis.set(title=f"{entry['schedule']}, K = {data['num_stages']}, M = {data['num_microbatches']}",
-                 xticks=devices)
-        axis.grid(alpha=0.3, axis="y")
-        if drawn:
-            axis.legend(fontsize=8, loc="upper right")
-    axes[0][0].set_ylabel("peak in-flight microbatches (activations held)")
-    axes[0][0].set_ylim(0, 1.4 * data["num_microbatches"])  # room for the legends above the bars
-    return figure
+def peaks_against_m(make: Callable[[int], list], num_stages: int, chunks: int, sweep: list[int]) -> dict:
+    """``{"by_M": [{"M", "predicted", "measured"}], "notes": [...]}``: stops at the first M whose
+    schedule fails (one note), and records why the executor did not run one (another note)."""
+    from minitorch import schedules
+    from minitorch.executor import run_schedule
+    from minitorch.runtime import StageWorkers
+
+    width, rows_per_microbatch = 16, 4
+    by_m: list[dict] = []
+    notes: list[str] = []
+    torch.manual_seed(0)
+    for m in sweep:
+        try:
+            schedule = make(m)
+            row: dict[str, Any] = {"M": m, "predicted": list(schedules.simulate(schedule).peak_in_flight)}
+        except NotImplementedError as error:
+            return {"by_M": by_m, "notes": [f"not implemented yet: {cli.blocked_by(error)}"]}
+        except (Missing, ValueError, TypeError) as error:
+            return {"by_M": by_m, "notes": [f"your schedule failed at M = {m}: {one_line(error)}"]}
+        inputs, targets = torch.randn(rows_per_microbatch * m, width), torch.randn(rows_per_microbatch * m, width)
+        stages = [nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(num_stages * chunks)]
+        try:
+            with StageWorkers(["cpu"] * num_stages, timeout=20.0) as workers:
+                row["measured"] = list(run_schedule(workers, stages, schedule, inputs, targets, F.mse_loss).peak_live)
+        except Exception as error:  # the simulator accepted it; say why the executor did not run it
+            if not notes:
+                notes.append(f"not run by the executor at M = {m}: {type(error).__name__}: {one_line(error)}")
+        by_m.append(row)
+    return {"by_M": by_m, "notes": notes}
 
 
 # ---------------------------------------------------------------- Problem 4.3: recomputation
@@ -405,101 +274,53 @@ def run_recomputation(settings: Settings) -> dict:
 
     checkpoint_sequential = student("pipeline", "checkpoint_sequential", "4.3")
     num_layers, width, rows = (9, 64, 64) if settings.quick else (16, 256, 512)
-    repeats = 2 if settings.quick else 5
+    rounds = 3 if settings.quick else 5
     torch.manual_seed(0)
     layers = [CountedLayer(width) for _ in range(num_layers)]
     parameters = [p for layer in layers for p in layer.parameters()]
     x = torch.randn(rows, width, requires_grad=True)
     activation_bytes = x.numel() * x.element_size()
 
-    def step(segments: int | None) -> SavedBytes:
+    def step(segments: int | None) -> probes.SavedBytes:
         for layer in layers:
             layer.calls = 0
-        with SavedBytes(exclude=parameters) as saved:
+        with probes.SavedBytes(exclude=parameters) as saved:
             out = run_layers(layers, x) if segments is None else checkpoint_sequential(layers, x, segments)
             out.sum().backward()
         return saved
 
-    with single_threaded():
-        plain = step(None)
-        plain_seconds = median_seconds(lambda: step(None), repeats)
-        results = []
-        candidates = [1, 2, 3, 4, num_layers] if settings.quick else [1, 2, 3, 4, 5, 6, 8, num_layers]
-        for segments in candidates:
-            saved = step(segments)
-            forwards = [layer.calls for layer in layers]
-            seconds = median_seconds(functools.partial(step, segments), repeats)
-            results.append({"segments": segments, "peak_saved_bytes": saved.peak,
-                            "peak_in_activations": saved.peak / activation_bytes,
-                            "predicted_in_activations": segments + math.ceil(num_layers / segments),
-                            "forwards_per_layer": statistics.mean(forwards), "seconds": seconds,
-                            "time_over_plain": seconds / plain_seconds})
+    candidates = [1, 2, 3, 4, num_layers] if settings.quick else [1, 2, 3, 4, 5, 6, 8, num_layers]
+    plain_cpu = probes.CpuShare()
+    with probes.single_threaded():
+        plain = step(None)  # also the first, untimed run of each: a warm-up
+        counted = {segments: (step(segments), [layer.calls for layer in layers]) for segments in candidates}
+        runs: dict[int | None, Callable[[], Any]] = {None: plain_cpu.timed(lambda: step(None))}
+        runs.update({segments: functools.partial(step, segments) for segments in candidates})
+        seconds = probes.round_robin_seconds(runs, rounds)
+    results = []
+    for segments, (saved, forwards) in counted.items():
+        ratios = [mine / base for mine, base in zip(seconds[segments], seconds[None])]
+        results.append({"segments": segments, "peak_saved_bytes": saved.peak,
+                        "peak_in_activations": saved.peak / activation_bytes,
+                        "upper_bound_in_activations": segments + math.ceil(num_layers / segments),
+                        "forwards_per_layer": statistics.mean(forwards), "seconds": statistics.median(seconds[segments]),
+                        "time_over_plain": statistics.median(ratios),
+                        "time_over_plain_min": min(ratios), "time_over_plain_max": max(ratios)})
     return {"num_layers": num_layers, "width": width, "rows": rows, "activation_bytes": activation_bytes,
+            "rounds": rounds, "single_thread_cpu_share": plain_cpu.share,
             "plain": {"peak_saved_bytes": plain.peak, "peak_in_activations": plain.peak / activation_bytes,
-                      "seconds": plain_seconds},
+                      "seconds": statistics.median(seconds[None])},
             "results": results}
 
 
-def plot_recomputation(data: dict, plt) -> Any:
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.3))
-    results = data["results"]
-    segments = [r["segments"] for r in results]
-    n = data["num_layers"]
-    left.plot(segments, [r["peak_in_activations"] for r in results], "o-", label="measured (your checkpoint_sequential)")
-    left.plot(segments, [r["predicted_in_activations"] for r in results], "k--", label=f"segments + ceil({n}/segments)")
-    left.axhline(data["plain"]["peak_in_activations"], color="grey", linestyle=":", label="no recomputation (measured)")
-    left.axvline(math.sqrt(n), color="grey", linewidth=0.8)
-    left.set(title=f"Activations saved for backward, peak ({n} layers)", xlabel="segments (grey line: sqrt(n))",
-             ylabel=f"peak saved, in activations of {data['rows']}x{data['width']} float32")
-    right.plot(segments, [r["time_over_plain"] for r in results], "o-", label="forward + backward time / without recomputation")
-    right.plot(segments, [r["forwards_per_layer"] for r in results], "s-", label="forward calls per layer")
-    right.axhline(4 / 3, color="k", linestyle="--", label="4/3: one more forward (F : B = 1 : 2)")
-    right.set(title="The price: recomputed forwards", xlabel="segments", ylabel="ratio / calls")
-    for axis in (left, right):
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    return figure
-
-
 # ---------------------------------------------------------------- Problem 3: tensor-parallel bytes
-
-_COLLECTIVES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
-                "_all_gather_base": "all_gather", "reduce_scatter": "reduce_scatter",
-                "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
-                "all_to_all": "all_to_all", "all_to_all_single": "all_to_all", "broadcast": "broadcast",
-                "send": "send", "recv": "recv", "isend": "send", "irecv": "recv"}
-# Bytes one rank sends, per element of the largest tensor of the call, ring algorithms (tp_comm).
-_RING_SHARE = {"all_reduce": lambda t: 2 * (t - 1) / t, "all_gather": lambda t: (t - 1) / t,
-               "reduce_scatter": lambda t: (t - 1) / t, "all_to_all": lambda t: (t - 1) / t}
-
-
-def _record_collectives(log: list[dict], phase: list[str]) -> None:
-    """Wrap torch.distributed's collectives (in this rank only) to append what they move to ``log``."""
-    for name, kind in _COLLECTIVES.items():
-        original = getattr(dist, name, None)
-        if original is None:
-            continue
-
-        def recorded(*args, _original=original, _kind=kind, **kwargs):
-            tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
-            for a in list(args) + list(kwargs.values()):
-                if isinstance(a, (list, tuple)) and all(isinstance(item, torch.Tensor) for item in a) and a:
-                    tensors.append(torch.empty(sum(item.numel() for item in a), dtype=a[0].dtype, device="meta"))
-            largest = max(tensors, key=lambda tensor: tensor.numel(), default=None)
-            log.append({"phase": phase[0], "kind": _kind,
-                        "numel": largest.numel() if largest is not None else 0,
-                        "element_bytes": largest.element_size() if largest is not None else 0})
-            return _original(*args, **kwargs)
-
-        setattr(dist, name, recorded)
-
 
 def _tp_rank(rank: int, world_size: int, sizes: dict, sequence_parallel: bool) -> dict:
     """One rank: the student's ParallelTransformerLayer forward and backward, recorded."""
     layer_class = student("tensor_parallel", "ParallelTransformerLayer", "3.3")
     log: list[dict] = []
     phase = ["setup"]
-    _record_collectives(log, phase)
+    probes.record_collectives(log, phase)
     s, b, h = sizes["s"], sizes["b"], sizes["h"]
     layer = layer_class(h, sizes["heads"], sizes["ffn"], sequence_parallel=sequence_parallel, seed=0,
                         dtype=torch.float32)
@@ -508,7 +329,7 @@ def _tp_rank(rank: int, world_size: int, sizes: dict, sequence_parallel: bool) -
         x = x.chunk(world_size)[rank]
     x = x.clone().requires_grad_()
     phase[0] = "forward"
-    with SavedBytes(exclude=list(layer.parameters())) as saved:
+    with probes.SavedBytes(exclude=list(layer.parameters())) as saved:
         out = layer(x)
         stored = saved.live
     phase[0] = "backward"
@@ -527,7 +348,7 @@ def run_tp_bytes(settings: Settings) -> dict:
     for sequence_parallel in (False, True):
         ranks = distributed.launch(_tp_rank, t, sizes, sequence_parallel, backend="gloo", timeout=60.0)
         log = ranks[0]["collectives"]
-        recorded = {phase: sum(_RING_SHARE.get(c["kind"], lambda _t: 1.0)(t) * c["numel"] * c["element_bytes"]
+        recorded = {phase: sum(probes.RING_SHARE.get(c["kind"], lambda _t: 1.0)(t) * c["numel"] * c["element_bytes"]
                                for c in log if c["phase"] == phase) for phase in ("forward", "backward")}
         formula = tp_comm.layer_comm(sizes["b"], sizes["s"], sizes["h"], t, bytes_per_element=4,
                                      sequence_parallel=sequence_parallel)
@@ -540,34 +361,6 @@ def run_tp_bytes(settings: Settings) -> dict:
     return {"t": t, **sizes, "dtype": "float32", "variants": variants,
             "formula": "tp_comm.layer_comm: 2 all-reduces of [s, b, h] forward, 2 backward (ring: 2(t-1)/t of the "
                        "bytes); sequence parallel: each a reduce-scatter + all-gather, (t-1)/t each"}
-
-
-def plot_tp_bytes(data: dict, plt) -> Any:
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.3))
-    labels, recorded, formula = [], [], []
-    for variant in data["variants"]:
-        name = "TP + SP" if variant["sequence_parallel"] else "TP"
-        for phase in ("forward", "backward"):
-            labels.append(f"{name}\n{phase}")
-            recorded.append(variant["recorded_bytes"][phase] / 1e3)
-            formula.append(variant["formula_bytes"][phase] / 1e3)
-    positions = range(len(labels))
-    left.bar([p - 0.2 for p in positions], recorded, width=0.4, label="recorded (your layer, gloo)")
-    left.bar([p + 0.2 for p in positions], formula, width=0.4, label="formula (tp_comm.layer_comm)")
-    left.set_xticks(list(positions), labels, fontsize=8)
-    left.set_ylim(0, 1.3 * max(recorded + formula + [1e-3]))  # room for the legend
-    left.set(title=f"Bytes one rank sends per layer (SP: sequence parallel)\nt = {data['t']}, s = {data['s']}, "
-                   f"b = {data['b']}, h = {data['h']}, float32",
-             ylabel="kB per rank (ring all-reduce / all-gather / reduce-scatter)")
-    names = ["TP + sequence parallel" if v["sequence_parallel"] else "TP" for v in data["variants"]]
-    saved = [statistics.mean(v["saved_activation_bytes_per_rank"]) / 1e3 for v in data["variants"]]
-    bars = right.bar(names, saved, color=["tab:blue", "tab:orange"])
-    right.bar_label(bars, fmt="%.1f kB", fontsize=8)
-    right.set(title="Activations one rank keeps for backward (measured)", ylabel="kB per rank (float32)")
-    for axis in (left, right):
-        axis.grid(alpha=0.3, axis="y")
-    left.legend(fontsize=8)
-    return figure
 
 
 # ---------------------------------------------------------------- Problem 5: the plan
@@ -615,80 +408,25 @@ def plan_row(found) -> dict:
             "memory_gb": found.memory_bytes / 1e9, "limit_gb": found.memory_limit / 1e9, "fits": bool(found.fits)}
 
 
-_OVERHEADS = (("bubble_s", "bubble"), ("tensor_parallel_s", "TP comm"), ("pipeline_s", "PP comm"),
-              ("data_parallel_s", "DP comm"))
-
-
-def plot_plan(data: dict, plt) -> Any:
-    """Per plan, the time beyond compute (compute is the same for every plan of a case)."""
-    cases = data["cases"]
-    tallest = max(len(case["plans"]) for case in cases)
-    figure, axes = plt.subplots(1, len(cases), figsize=(6.2 * len(cases), 1.8 + 0.3 * tallest), squeeze=False)
-    for axis, case in zip(axes[0], cases):
-        plot_case(axis, case)
-    figure.suptitle("Your estimate of every (t, p) it accepts: time beyond compute, stacked; "
-                    "hatched: does not fit in memory", fontsize=10)
-    return figure
-
-
-def plot_case(axis, case: dict) -> None:
-    plans = sorted(case["plans"], key=lambda row: (not row["fits"], row["step_s"]))
-    best, per_node = case["best"], case["cluster"]["gpus_per_node"]
-    names = []
-    for row in plans:
-        mark = "  <- best_plan" if best and (row["t"], row["p"]) == (best["t"], best["p"]) else ""
-        fit = f"{row['memory_gb']:.0f} GB" + ("" if row["fits"] else ", does not fit")
-        names.append(f"t={row['t']} p={row['p']} d={row['d']} ({fit}){mark}")
-    left = [0.0] * len(plans)
-    for (key, label), colour in zip(_OVERHEADS, ("tab:orange", "tab:red", "tab:purple", "tab:green")):
-        values = [row[key] for row in plans]
-        bars = axis.barh(range(len(plans)), values, left=left, color=colour, label=label)
-        for bar, row in zip(bars, plans):
-            if not row["fits"]:
-                bar.set_alpha(0.35)
-                bar.set_hatch("//")
-        left = [a + b for a, b in zip(left, values)]
-    # A plan with t across nodes can be many times slower: clipped, its step time written.
-    inside = [total for total, row in zip(left, plans) if row["t"] <= per_node] or left or [1.0]
-    limit = 1.3 * max(max(inside), 1e-9)
-    axis.set_xlim(0, limit)
-    for index, (total, row) in enumerate(zip(left, plans)):
-        axis.text(min(total, limit * 0.98), index, f" step {row['step_s']:.2f} s", va="center",
-                  ha="left" if total < limit * 0.75 else "right", fontsize=7)
-    axis.set_yticks(range(len(plans)), names, fontsize=7)
-    axis.invert_yaxis()
-    compute = plans[0]["compute_s"] if plans else 0.0
-    cluster = case["cluster"]
-    axis.set_title(f"{case['question']}: {case['model']['name']}, {cluster['gpus']} GPUs ({per_node} per node), "
-                   f"batch {case['batch']}" + ("" if best else "\nyour best_plan: nothing fits"), fontsize=9)
-    axis.set_xlabel(f"estimated time beyond compute (s); compute: {compute:.2f} s in every plan", fontsize=8)
-    axis.grid(alpha=0.3, axis="x")
-    axis.legend(fontsize=7, loc="lower right")
-
-
 # ---------------------------------------------------------------- the run
 
 MEASUREMENTS = (
-    Measurement("pipe_speedup", "Pipe forward speedup against M", "Problem 2.2", run_pipe_speedup, plot_pipe_speedup),
-    Measurement("balance", "balanced against even split", "Problem 2.4", run_balance, plot_balance),
-    Measurement("activations", "peak activations of GPipe, 1F1B, interleaved", "Problems 4.1-4.2",
-                run_activations, plot_activations),
+    Measurement("pipe_speedup", "Pipe forward speedup against M", "Problem 2.2",
+                run_pipe_speedup, figures.plot_pipe_speedup),
+    Measurement("balance", "balanced against even split", "Problem 2.4", run_balance, figures.plot_balance),
+    Measurement("activations", "peak activations of GPipe, 1F1B, interleaved against M", "Problems 4.1-4.2",
+                run_activations, figures.plot_activations),
     Measurement("recomputation", "recomputation: memory and time against segments", "Problem 4.3",
-                run_recomputation, plot_recomputation),
-    Measurement("tp_bytes", "tensor-parallel bytes per layer, t = 2 on gloo", "Problem 3", run_tp_bytes, plot_tp_bytes),
-    Measurement("plan", "your (t, p, d) plan against the alternatives", "Problem 5", run_plan, plot_plan),
+                run_recomputation, figures.plot_recomputation),
+    Measurement("tp_bytes", "tensor-parallel bytes per layer, t = 2 on gloo", "Problem 3",
+                run_tp_bytes, figures.plot_tp_bytes),
+    Measurement("plan", "your (t, p, d) plan against the alternatives", "Problem 5", run_plan, figures.plot_plan),
 )
 
 
 def one_line(error: BaseException) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= 200 else text[:197] + "..."
-
-
-def wrap(text: str, width: int) -> str:
-    import textwrap
-
-    return "\n".join(textwrap.wrap(text, width))
 
 
 def why_skipped(error: BaseException) -> str:
@@ -713,8 +451,7 @@ def write_figure(measurement: Measurement, data: dict, out: Path) -> None:
 
     try:
         figure = measurement.plot(data, plt)
-        figure.tight_layout()
-        figure.savefig(out / f"{measurement.name}.png", dpi=110)
+        figure.savefig(out / f"{measurement.name}.png", dpi=FIGURE_DPI)
     finally:
         plt.close("all")
 
@@ -727,6 +464,16 @@ def plain(value: Any) -> Any:
         return str(value)
 
 
+def machine() -> dict:
+    """The CPUs and how many programs wanted one (the 1-minute load average, where the system
+    keeps one): a load above the CPU count means programs waited for a core."""
+    try:
+        load: float | None = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has none
+        load = None
+    return {"cpus": os.cpu_count(), "load_average": load}
+
+
 def run_one(measurement: Measurement, settings: Settings, out: Path) -> dict:
     """Run one measurement and write its numbers and figure; say in one line how it went."""
     start = time.perf_counter()
@@ -735,7 +482,8 @@ def run_one(measurement: Measurement, settings: Settings, out: Path) -> dict:
     for old in (numbers, figure):  # never leave an older run's figure beside this run's status
         old.unlink(missing_ok=True)
     try:
-        data = {"measurement": measurement.describe(), "quick": settings.quick, **measurement.run(settings)}
+        data = {"measurement": measurement.describe(), "quick": settings.quick, "machine": machine(),
+                **measurement.run(settings)}
         numbers.write_text(json.dumps(data, indent=1, default=plain) + "\n")
         write_figure(measurement, data, out)
     except Exception as error:  # the student's code, or numbers it gave that cannot be drawn: one line

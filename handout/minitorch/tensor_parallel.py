@@ -17,20 +17,58 @@ Conventions used throughout this file
   ``master=dense.state_dict()`` to shard an existing dense module; without ``master`` the
   master tensors are drawn from ``seed`` (identically on every rank).
 * Rank r's shard of a dimension of size n is the r-th of t equal contiguous blocks:
-  ``[r * n // t, (r + 1) * n // t)``. Sizes that t does not divide raise ``ValueError``.
+  ``[r * n // t, (r + 1) * n // t)``. Sizes that t does not divide raise ``ValueError``, on
+  every rank, before any communication.
+* Sizes (features, heads, vocabulary, layers) are Python ``int`` s.
 * Layers are built on the CPU; move them with ``.to(device)`` afterwards (nccl needs CUDA).
 * Communicate only through ``torch.distributed`` collectives (``all_reduce``, ``all_gather``,
   ``reduce_scatter``, ...) on the default group. gloo (CPU) supports all of these.
 * Inputs may be non-contiguous (a transposed or sliced tensor), float32 or float64, of any
   number of dimensions the function's contract allows; outputs have the input's dtype.
+* An output requires grad exactly when the dense computation's would: when it depends on a
+  tensor or parameter that requires grad, and never under ``torch.no_grad()``.
+* Gradients accumulate as PyTorch's do: a second forward and backward without zeroing adds
+  the same gradients again to every ``.grad``.
 * The caller's objects are the caller's: no function or layer changes (in place) a tensor it is
-  given (inputs, targets, logits, master tensors) nor the gradient handed to its backward, and
-  no parameter is a view of a master tensor.
+  given (inputs, targets, logits, master tensors) nor the dict that holds them, nor the gradient
+  handed to its backward, and no parameter is a view of a master tensor (at t = 1 neither).
+* A backward leaves what its forward saved as it was: a second backward through the same graph
+  (``retain_graph=True``) gives the same gradients.
 * Module state that depends on t or the rank is computed when an object is built or called,
   never when this file is imported: the file may be imported before the process group exists.
+* Nothing is kept between calls: calling again, with other sizes, works.
 * Tolerance: in float64 every result (outputs, input gradients, parameter gradients) equals the
   dense single-process computation within 1e-10 relative to its largest entry; sharding only
   reorders sums.
+
+Common to the communication ops (Problem 3.1)
+---------------------------------------------
+* ``x`` may have any number of dimensions (at least one).
+* The gradient passed back is the exact gradient of the dense computation the op stands for.
+* With no process group (t = 1) an op is the identity in both directions and issues no
+  collective.
+
+Common to the parallel modules (Problem 3.3)
+--------------------------------------------
+* Every rank calls the constructor with the same arguments.
+* ``master`` holds the DENSE module's tensors under the names listed for it (the names of the
+  dense module's ``state_dict``); without ``master`` they are drawn from ``seed`` and ``dtype``
+  (each ``nn.Linear`` with ``master_linear``, LayerNorms as ones and zeros), identically on
+  every rank, so the module equals the dense module built from those tensors.
+* How the weights are split over the ranks is yours, with one budget: each rank holds at most
+  1/t of the elements of every dense weight MATRIX (vectors, such as biases and LayerNorm
+  weights, may be replicated).
+* Parameters are ``nn.Parameter`` s reachable from ``parameters()``.
+* Forward accepts ``[s, b, h]`` activations (s, b >= 1, any sizes between calls), float32 or
+  float64 (the dtype of the parameters), the same on every rank; with ``sequence_parallel=True``
+  rank r's block ``[s/t, b, h]`` of the sequence instead. It returns the dense module's output
+  (rank r's sequence block with ``sequence_parallel``).
+* After ``backward``, the input gradient is the dense one (its block), and every parameter's
+  ``.grad`` is the gradient of the dense loss with respect to that parameter: one SGD step
+  ``p -= lr * p.grad`` on every rank leaves the module equal to the dense module after the
+  same step.
+* Communication: the budget given per module, for the forward; the backward may spend more to
+  save memory.
 """
 from __future__ import annotations
 
@@ -94,56 +132,46 @@ def check_master(master: dict[str, Tensor], shapes: dict[str, tuple[int, ...]]) 
 # Problem 3.1: communication primitives (plain functions, no autograd) ...
 # ======================================================================================
 def _reduce(x: Tensor) -> Tensor:
-    """Sum ``x`` over all ranks (all-reduce); returns a new tensor, ``x`` is not modified.
-
-    One rank: returns ``x`` itself.
-    """
+    """Suggested helper (only the public ops below are graded): the sum of ``x`` over all
+    ranks (all-reduce), as a new tensor; one rank: ``x`` itself."""
     # TODO: Implement for Problem 3.1.
     raise NotImplementedError("Problem 3.1: _reduce")
 
 
 def _split_along_last_dim(x: Tensor) -> Tensor:
-    """This rank's block of ``x`` along the last dimension: ``[..., n]`` -> ``[..., n/t]``.
-
-    No communication. Raises ValueError when t does not divide n. One rank: ``x`` itself.
-    """
+    """Suggested helper (only the public ops below are graded): this rank's block of ``x``
+    along the last dimension, ``[..., n]`` -> ``[..., n/t]``, without communication."""
     # TODO: Implement for Problem 3.1.
     raise NotImplementedError("Problem 3.1: _split_along_last_dim")
 
 
 def _gather_along_last_dim(x: Tensor) -> Tensor:
-    """Concatenate every rank's ``x`` along the last dimension, in rank order (all-gather).
-
-    ``[..., n/t]`` -> ``[..., n]``. One rank: ``x`` itself.
-    """
+    """Suggested helper (only the public ops below are graded): every rank's ``x``
+    concatenated along the last dimension in rank order (all-gather), ``[..., n/t]`` ->
+    ``[..., n]``."""
     # TODO: Implement for Problem 3.1.
     raise NotImplementedError("Problem 3.1: _gather_along_last_dim")
 
 
 def _split_along_first_dim(x: Tensor) -> Tensor:
-    """This rank's block of ``x`` along the first dimension: ``[s, ...]`` -> ``[s/t, ...]``.
-
-    No communication. Raises ValueError when t does not divide s. One rank: ``x`` itself.
-    """
+    """Suggested helper (only the public ops below are graded): this rank's block of ``x``
+    along the first dimension, ``[s, ...]`` -> ``[s/t, ...]``, without communication."""
     # TODO: Implement for Problem 3.1.
     raise NotImplementedError("Problem 3.1: _split_along_first_dim")
 
 
 def _gather_along_first_dim(x: Tensor) -> Tensor:
-    """Concatenate every rank's ``x`` along the first dimension, in rank order (all-gather).
-
-    ``[s/t, ...]`` -> ``[s, ...]``. One rank: ``x`` itself.
-    """
+    """Suggested helper (only the public ops below are graded): every rank's ``x``
+    concatenated along the first dimension in rank order (all-gather), ``[s/t, ...]`` ->
+    ``[s, ...]``."""
     # TODO: Implement for Problem 3.1.
     raise NotImplementedError("Problem 3.1: _gather_along_first_dim")
 
 
 def _reduce_scatter_along_first_dim(x: Tensor) -> Tensor:
-    """Sum ``x`` over all ranks and keep this rank's block of dimension 0 (reduce-scatter).
-
-    ``[s, ...]`` -> ``[s/t, ...]``; moves (t-1)/t of ``x`` per rank, half of an all-reduce.
-    Raises ValueError when t does not divide s. One rank: ``x`` itself.
-    """
+    """Suggested helper (only the public ops below are graded): the sum of ``x`` over all
+    ranks, this rank's block of dimension 0 kept (reduce-scatter), ``[s, ...]`` -> ``[s/t, ...]``;
+    it moves (t-1)/t of ``x`` per rank, half of an all-reduce."""
     # TODO: Implement for Problem 3.1.
     raise NotImplementedError("Problem 3.1: _reduce_scatter_along_first_dim")
 
@@ -249,22 +277,13 @@ class _ReduceScatterToSequenceParallelRegion(torch.autograd.Function):
         raise NotImplementedError("Problem 3.1: _ReduceScatterToSequenceParallelRegion.backward")
 
 
-# Common to the communication ops: ``x`` may have any dtype and layout (contiguous or not)
-# and any number of dimensions (at least one); the result has ``x``'s dtype. The op never
-# changes ``x`` in place, nor, in backward, the gradient autograd hands it. The gradient
-# passed back is the exact gradient of the dense computation the op stands for, and calling
-# an op again with other shapes works. With no process group (t = 1) an op is the identity
-# in both directions and issues no collective. A size that t does not divide raises
-# ``ValueError`` before any communication, on every rank.
-
-
 def copy_to_tensor_model_parallel_region(x: Tensor) -> Tensor:
     """f (Megatron-LM): marks where a tensor that every rank holds whole enters per-rank work.
 
     Forward: returns ``x`` unchanged in value. Backward: the gradient passed back equals the
     SUM over ranks of the gradients the ranks' outputs received.
     Communication: forward none; backward at most one all-reduce of ``x.numel()`` elements.
-    The contract common to the communication ops (comment above) holds too.
+    The contract common to the communication ops (the top of this file) holds too.
     """
     return _CopyToModelParallelRegion.apply(x)
 
@@ -275,7 +294,7 @@ def reduce_from_tensor_model_parallel_region(x: Tensor) -> Tensor:
     Forward: returns the sum over ranks of their ``x`` (same shape, on every rank). Backward:
     the gradient passed back equals the gradient this rank's output received.
     Communication: forward at most one all-reduce of ``x.numel()`` elements; backward none.
-    The contract common to the communication ops (the comment above) holds too.
+    The contract common to the communication ops (the top of this file) holds too.
     """
     return _ReduceFromModelParallelRegion.apply(x)
 
@@ -286,7 +305,7 @@ def scatter_to_tensor_model_parallel_region(x: Tensor) -> Tensor:
     Block r is ``x[..., r*n/t:(r+1)*n/t]``. Backward: the gradient of the whole ``[..., n]``
     (each rank's output gradient in its own block). Forward communicates nothing.
     Raises ValueError when t does not divide n.
-    The contract common to the communication ops (the comment above) holds too.
+    The contract common to the communication ops (the top of this file) holds too.
     """
     return _ScatterToModelParallelRegion.apply(x)
 
@@ -296,7 +315,7 @@ def gather_from_tensor_model_parallel_region(x: Tensor) -> Tensor:
 
     Backward: this rank's block of the output gradient. At most one collective each way,
     moving at most the output's elements.
-    The contract common to the communication ops (the comment above) holds too.
+    The contract common to the communication ops (the top of this file) holds too.
     """
     return _GatherFromModelParallelRegion.apply(x)
 
@@ -306,7 +325,7 @@ def scatter_to_sequence_parallel_region(x: Tensor) -> Tensor:
 
     Backward: the gradient of the whole ``[s, ...]``. Forward communicates nothing.
     Raises ValueError when t does not divide s.
-    The contract common to the communication ops (the comment above) holds too.
+    The contract common to the communication ops (the top of this file) holds too.
     """
     return _ScatterToSequenceParallelRegion.apply(x)
 
@@ -317,7 +336,7 @@ def gather_from_sequence_parallel_region(x: Tensor) -> Tensor:
     The gathered tensor feeds per-rank work (like f's output does): the gradient passed back to
     rank r is block r of the SUM over ranks of the output gradients. At most one collective
     each way, moving at most ``s * ...`` elements.
-    The contract common to the communication ops (the comment above) holds too.
+    The contract common to the communication ops (the top of this file) holds too.
     """
     return _GatherFromSequenceParallelRegion.apply(x)
 
@@ -328,7 +347,7 @@ def reduce_scatter_to_sequence_parallel_region(x: Tensor) -> Tensor:
     Backward: the gradient of the whole ``[s, ...]`` (this rank's output gradient in block r,
     every rank's in its own block). Forward moves at most what one all-reduce of ``x`` moves,
     half of it with the right collective. Raises ValueError when t does not divide s.
-    The contract common to the communication ops (the comment above) holds too.
+    The contract common to the communication ops (the top of this file) holds too.
     """
     return _ReduceScatterToSequenceParallelRegion.apply(x)
 
@@ -340,9 +359,10 @@ class ColumnParallelLinear(nn.Module):
     """The lecture's ``Y = X·A + b`` with ``A`` split by COLUMNS (output features) over the ranks.
 
     ``nn.Linear`` stores ``A`` transposed: ``master["weight"]`` is ``[out, in]`` and the dense
-    layer is ``F.linear(X, weight, bias)``. Built from the dense layer's master tensors
-    (``{"weight": [out, in], "bias": [out]}``, no ``"bias"`` when ``bias=False``) or, without
-    ``master``, from ``master_linear(in, out, bias, seed=seed, dtype=dtype)``.
+    layer is ``F.linear(X, weight, bias)``. The constructor (provided) builds it from the dense
+    layer's master tensors (``{"weight": [out, in], "bias": [out]}``, no ``"bias"`` when
+    ``bias=False``) or, without ``master``, from ``master_linear(in, out, bias, seed=seed,
+    dtype=dtype)``, and keeps what ``shard`` returns.
 
     Parameters on rank r (the grader reads them): ``weight`` ``[out/t, in]``, block r of the
     master weight's rows, and ``bias`` ``[out/t]``, block r of the master bias (``None`` when
@@ -396,8 +416,8 @@ class ColumnParallelLinear(nn.Module):
 class RowParallelLinear(nn.Module):
     """The lecture's ``Y = X·A + b`` with ``A`` split by ROWS (input features) over the ranks.
 
-    Built like ``ColumnParallelLinear`` (same master tensors, same ``seed`` rule).
-    Parameters on rank r (the grader reads them): ``weight`` ``[out, in/t]``, block r of the
+    Built like ``ColumnParallelLinear`` (same master tensors, same ``seed`` rule, the
+    constructor provided). Parameters on rank r (the grader reads them): ``weight`` ``[out, in/t]``, block r of the
     master weight's columns; ``bias`` ``[out]``, the whole master bias on every rank (``None``
     when ``bias=False``); copies, not views, of the master tensors.
 
@@ -456,28 +476,6 @@ def _linear_shapes(in_features: int, out_features: int, bias: bool) -> dict[str,
 # ======================================================================================
 # Problem 3.3: MLP, self-attention, transformer layer
 # ======================================================================================
-# Common to the parallel modules (construction contract; the grader relies on it):
-# every rank calls the constructor with the same arguments. ``master`` holds the DENSE
-# module's tensors under the names listed for it (the names of the dense module's
-# ``state_dict``); without ``master`` they are drawn from ``seed`` and ``dtype`` (each
-# ``nn.Linear`` with ``master_linear``, LayerNorms as ones and zeros), identically on every
-# rank, so the module equals the dense module built from those tensors. How the weights are
-# split over the ranks is yours, with one budget: each rank holds at most 1/t of the elements
-# of every dense weight MATRIX (vectors, such as biases and LayerNorm weights, may be
-# replicated). Parameters are ``nn.Parameter`` s reachable from ``parameters()``, never views
-# of the master tensors, which are left as they were.
-#
-# Forward accepts ``[s, b, h]`` activations (s, b >= 1, any sizes between calls), float32 or
-# float64 (the dtype of the parameters), contiguous or not, the same on every rank; with
-# ``sequence_parallel=True`` rank r's block ``[s/t, b, h]`` of the sequence instead. It
-# returns the dense module's output (rank r's sequence block with ``sequence_parallel``).
-# After ``backward``, the input gradient is the dense one (its block), and every parameter's
-# ``.grad`` is the gradient of the dense loss with respect to that parameter: one SGD step
-# ``p -= lr * p.grad`` on every rank leaves the module equal to the dense module after the
-# same step. Nothing is cached between calls. Communication: the budget given per module,
-# for the forward; the backward may spend more to save memory.
-
-
 class ParallelMLP(nn.Module):
     """The dense MLP ``Z = GeLU(X·A + a)·B + b`` (exact erf GeLU, ``F.gelu``), tensor-parallel.
 
@@ -487,7 +485,7 @@ class ParallelMLP(nn.Module):
     Forward communication budget: the elements of ONE all-reduce of the output ``[s, b, h]``
     (with ``sequence_parallel``: one reduce-scatter and one all-gather of ``[s, b, h]``).
     Raises ValueError when t does not divide ``ffn_hidden_size``.
-    The construction contract common to the parallel modules (the comment above) holds too.
+    The contract common to the parallel modules (the top of this file) holds too.
     """
 
     def __init__(self, hidden_size: int, ffn_hidden_size: int, *, sequence_parallel: bool = False,
@@ -519,7 +517,7 @@ class ParallelSelfAttention(nn.Module):
     itself always sees the whole sequence.
     Raises ValueError when t does not divide ``num_heads`` or ``num_heads`` does not divide
     ``hidden_size``.
-    The construction contract common to the parallel modules (the comment above) holds too.
+    The contract common to the parallel modules (the top of this file) holds too.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, *, causal: bool = True,
@@ -580,7 +578,7 @@ class ParallelTransformerLayer(nn.Module):
         x = x + MLP(LN2(x))
 
     ``LN1``, ``LN2`` are ``nn.LayerNorm(h, eps)``, Attention is ``ParallelSelfAttention``'s
-    dense module, MLP is ``ParallelMLP``'s. No dropout (it would make runs incomparable).
+    dense module (with this ``causal``), MLP is ``ParallelMLP``'s. No dropout (it would make runs incomparable).
     Master tensors: ``ln1.weight``, ``ln1.bias``, ``ln2.weight``, ``ln2.bias`` ``[h]``,
     ``attention.*`` and ``mlp.*`` (the names of those modules); without ``master``: attention
     from ``seed``, the MLP from ``seed + 4``, LayerNorms ones and zeros. ``ffn_hidden_size``
@@ -590,7 +588,7 @@ class ParallelTransformerLayer(nn.Module):
     t is. ``sequence_parallel=True`` (Problem 3.5): input and output are rank r's sequence
     block ``[s/t, b, h]``; the same number of elements moved, and no all-reduce of activations.
     Raises ValueError as its parts do.
-    The construction contract common to the parallel modules (the comment above) holds too.
+    The contract common to the parallel modules (the top of this file) holds too.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, ffn_hidden_size: int | None = None, *,
@@ -743,11 +741,13 @@ class ParallelLanguageModel(nn.Module):
 def train_language_model(model: nn.Module, batches, lr: float) -> list[float]:
     """Train ``model`` (a ``ParallelLanguageModel``, on every rank) with plain SGD.
 
-    ``batches``: an iterable of ``(ids, targets)`` pairs, the same on every rank. For each pair,
-    one step ``p -= lr * p.grad`` on every parameter of the mean loss of that batch, gradients
-    starting from zero at each step. Returns the losses, as floats, each computed BEFORE its
-    step: they equal the dense model's trained the same way (float64: within 1e-10 relative),
-    and so does the model after the last step. Leaves no ``.grad`` behind.
+    ``batches``: any iterable of ``(ids, targets)`` pairs (a list, a generator, ...), the same
+    on every rank, gone through once. For each pair, one step ``p -= lr * p.grad`` on every
+    parameter of the mean loss of that batch, gradients starting from zero at each step.
+    Returns a list of the losses, as Python floats, each computed BEFORE its step: they equal
+    the dense model's trained the same way (float64: within 1e-10 relative), and so does the
+    model after the last step. Leaves no ``.grad`` behind: every parameter's ``.grad`` is
+    ``None`` afterwards. Calling it again trains on from where the last call left the model.
     """
     # TODO: Implement for Problem 3.6.
     raise NotImplementedError("Problem 3.6: train_language_model")

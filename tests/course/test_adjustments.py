@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from course import adjustments, discovery, gradebook
+from course import adjustments, changelog, discovery, gradebook
 from course.outcomes import StudentGrade
 
 ADJUSTMENTS = (
@@ -43,10 +43,10 @@ def test_penalties_extensions_and_an_override_that_survives_a_regrade(tmp_path):
     assert table["alice"]["flags"] == "late_penalty=10%" and table["carol"]["flags"] == "override=85"
     canvas_scores = {row["SIS Login ID"]: row["HW5 (77)"] for row in read_csv(tmp_path / "canvas.csv")}
     assert canvas_scores == {"alice": "36", "bob": "70", "carol": "85"}
-    changelog = read_csv(gradebook.changelog_path(tmp_path / "grades.csv"))
-    assert [(r["student"], r["criterion"], r["old_points"], r["new_points"]) for r in changelog] == [
+    logged = read_csv(changelog.path_of(tmp_path / "grades.csv"))
+    assert [(r["student"], r["criterion"], r["old_points"], r["new_points"]) for r in logged] == [
         ("carol", "total (override)", "60", "85")]  # once, not at every build
-    assert "regrade request #12" in changelog[0]["new_status"]
+    assert "regrade request #12" in logged[0]["new_status"]
     assert any("no student named nobody" in line for line in lines)
 
 

@@ -127,10 +127,9 @@ def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("dashboard")
     make_class(root / "class")
     rubric = small_rubric(root / "rubric.toml")
-    outcomes = batch.run_batch(
+    outcomes = batch.run_batch(  # graded with the small rubric, and the gradebook built against it
         root / "class", root / "grades.csv", jobs=2, timeout=150, progress=print,
-        grader_command=[sys.executable, "-m", "grader", "grade", "--rubric", str(rubric)],
-        options=gradebook.Options(similarity_threshold=similarity.DEFAULT_THRESHOLD, html=root / "class.html"),
+        options=gradebook.Options(similarity_threshold=similarity.DEFAULT_THRESHOLD, html=root / "class.html", rubric=rubric),
     )
     return {"root": root, "outcomes": {o.student: o for o in outcomes}, "reports": root / "grades-reports",
             "html": root / "class.html", "csv": root / "grades.csv"}
@@ -297,3 +296,38 @@ def test_histogram_bins_whole_points_and_keeps_the_top_score():
     assert [(b["low"], b["high"]) for b in bins][:2] == [(0, 3), (3, 6)] and bins[-1]["high"] == 22
     assert [b["count"] for b in bins] == [2, 0, 0, 1, 0, 0, 0, 2]
     assert max(b["height"] for b in bins) == 1.0
+
+
+def test_the_page_counts_the_courses_final_scores_and_shows_late_work(tmp_path):
+    """Issue 28, item 5: the page showed raw totals ("4 full marks" counted a penalised student),
+    disagreeing with the CSV and Canvas; it shows the final scores, the raw one beside them, and
+    the late-work flags."""
+    from course import outcomes
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    criteria = [{"id": "2.1-schedule", "problem": "2.1", "title": "t", "points": 10, "earned": 10, "status": "passed",
+                 "message": "", "seconds": 0.1}]
+    rows = []
+    for name, final, adjustment, flags in (("ada", 10, "", []), ("bob", 8, "penalty 20%", ["late=2d", "late_penalty=20%"]),
+                                           ("cy", 10, "", ["extension"]), ("dee", 10, "", ["late=1d", "late_days_used=1"])):
+        (reports / f"{name}.json").write_text(json.dumps({"schema_version": 1, "submission": name, "complete": True,
+                                                          "files": {"pipeline.py": "0" * 64, "tensor_parallel.py": "1" * 64},
+                                                          "criteria": criteria}))
+        rows.append(outcomes.StudentGrade(name, tmp_path, reports / f"{name}.json", score=10, max_score=10, final=final,
+                                          adjustment=adjustment, reason="why" if flags else "", flags=flags))
+    outcomes.save_rows(reports, rows)
+    page = dashboard.write(reports, tmp_path / "class.html")
+    assert (page["full"], page["late"], page["mean"]) == (3, 2, 9.5)
+    reader = DomReader()
+    reader.feed((tmp_path / "class.html").read_text())
+    counts = {e.attrs["data-count"]: e.text.strip() for e in reader.root.find_all("b") if "data-count" in e.attrs}
+    assert (counts["full"], counts["late"]) == ("3", "2")
+    ranked = {row.find_all("a")[0].text: row for row in reader.root.find_all("tr", **{"class": "ranked"})}
+    assert (ranked["bob"].attrs["data-score"], ranked["bob"].attrs["data-raw"]) == ("8", "10")
+    assert list(ranked)[0] == "bob"  # lowest final score first
+    assert "graded 10; penalty 20%" in ranked["bob"].text
+    badges = {name: {b.text for b in row.find_all("span")} for name, row in ranked.items()}
+    assert badges == {"ada": set(), "bob": {"2 days late"}, "cy": {"extension"}, "dee": {"1 day late", "1 late day used"}}
+    summaries = {e.find_all("summary")[0].text.split(" · ")[0].strip(): e for e in reader.root.find_all("details", **{"class": "student"})}
+    assert "Course score 8 (graded 10; penalty 20%): why" in summaries["bob"].text

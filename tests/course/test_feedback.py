@@ -88,7 +88,7 @@ def test_an_adjustment_is_said_with_its_reason(tmp_path):
     gradebook.finish([outcome], [discovery.Student("alice", tmp_path, [])], tmp_path / "grades.csv", options, "run",
                      progress=lambda line: None)
     text = (tmp_path / "feedback" / "alice.txt").read_text()
-    assert "Score recorded by the course: 2.7 (adjusted: 2 days late (10% off))" in text
+    assert "Score recorded by the course: 2.7 (graded 3; penalty 10%: 2 days late (10% off))" in text
 
 
 def test_canvas_reupload_names_carry_the_user_and_one_of_their_files(tmp_path):

@@ -3,13 +3,14 @@ import csv
 import json
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 from grading_helpers import answer_key_source, write_submission
 
-from course import batch, gradebook, regrade
+from course import batch, changelog, gradebook, regrade
 from course.outcomes import StudentGrade
 from grader.grading import select
 from grader.layout import REPOSITORY as REPO
@@ -66,18 +67,60 @@ def test_a_failed_regrade_keeps_the_old_report(tmp_path):
     assert not (reports / "ada.regrade.json").exists() and "regrade crashed" in (reports / "ada.log").read_text()
 
 
-def test_the_changelog_logs_a_run_once(tmp_path):
+def test_the_changelog_logs_each_real_change_once(tmp_path):
     path = tmp_path / "grades-changelog.csv"
     change = {"criterion": "2.2-forward", "old_points": 0, "new_points": 6, "old_status": "failed", "new_status": "passed"}
     outcomes = [StudentGrade("=ada", tmp_path, tmp_path / "a.json", changes=[change])]
-    assert gradebook.write_changelog(path, "run-1", outcomes) == 1
-    assert gradebook.write_changelog(path, "run-1", outcomes) == 0  # a merge run twice
-    assert gradebook.write_changelog(path, "run-2", outcomes) == 1
+    assert changelog.write(path, "run-1", outcomes) == (1, 0)
+    assert changelog.write(path, "run-1", outcomes) == (0, 1)  # a merge run twice
+    assert changelog.write(path, "run-2", outcomes) == (0, 1)  # a rebuild carrying the same records
+    back = {**change, "old_points": 6, "new_points": 0, "old_status": "passed", "new_status": "failed"}
+    assert changelog.write(path, "run-3", [StudentGrade("=ada", tmp_path, tmp_path / "a.json", changes=[back])]) == (1, 0)
+    assert changelog.write(path, "run-4", outcomes) == (1, 0)  # and forth again: a real change each time
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["run"], r["student"], r["criterion"], r["old_points"], r["new_points"]) for r in rows] == [
-        ("run-1", "'=ada", "2.2-forward", "0", "6"), ("run-2", "'=ada", "2.2-forward", "0", "6")
+        ("run-1", "'=ada", "2.2-forward", "0", "6"), ("run-3", "'=ada", "2.2-forward", "6", "0"),
+        ("run-4", "'=ada", "2.2-forward", "0", "6"),
     ]
+
+
+# Scores 8 for 2.1-schedule, or what the student's score.txt says.
+SCORE_FILE_GRADER = textwrap.dedent('''\
+    import json, sys
+    from pathlib import Path
+    path, report = Path(sys.argv[1]), Path(sys.argv[3])
+    earned = int((path / "score.txt").read_text()) if (path / "score.txt").exists() else 8
+    criteria = [{"id": "2.1-schedule", "problem": "2.1", "title": "t", "points": 8, "earned": earned,
+                 "status": "passed" if earned else "failed", "message": "", "seconds": 0.1}]
+    report.write_text(json.dumps({"schema_version": 1, "submission": str(path), "complete": True,
+        "files": {"pipeline.py": "0" * 64}, "environment": {}, "score": earned, "max_score": 8, "criteria": criteria}))
+    ''')
+
+
+def test_a_rebuild_that_changes_nothing_adds_nothing_to_the_changelog_and_says_so(tmp_path):
+    """Issue 28, item 3: a regrade logs what it changed; rebuilding the gradebook afterwards (here
+    ``--rerun-failed`` with nobody to rerun, twice) merged the regrade's records again and again."""
+    for name in ("ada", "bob", "cy"):
+        (tmp_path / "class" / name).mkdir(parents=True)
+        (tmp_path / "class" / name / "score.txt").write_text("0")
+    (tmp_path / "grader.py").write_text(SCORE_FILE_GRADER)
+    fake, csv_path = [sys.executable, str(tmp_path / "grader.py")], tmp_path / "grades.csv"
+    said: list[str] = []
+    batch.run_batch(tmp_path / "class", csv_path, grader_command=fake, progress=said.append)
+    for name in ("ada", "bob"):  # the regrade request: their 2.1 was right after all
+        (tmp_path / "class" / name / "score.txt").write_text("8")
+    batch.run_batch(tmp_path / "class", csv_path, grader_command=fake, only=["2.1-schedule"], progress=said.append)
+    log = changelog.path_of(csv_path)
+    assert said[-1] == f"regrade: 2 criterion result(s) changed -> {log}"
+    lines = log.read_text().splitlines()
+    assert len(lines) == 3
+    for _ in range(2):
+        said.clear()
+        batch.run_batch(tmp_path / "class", csv_path, grader_command=fake, rerun_failed=True, progress=said.append)
+        assert log.read_text().splitlines() == lines
+        assert f"changelog: nothing changed since the last build (2 change(s) of earlier runs logged already); {log} left as it was" in said
+        assert not any("criterion result(s) changed" in line for line in said)
 
 
 def run_batch(folder: Path, csv_path: Path, *only: str) -> subprocess.CompletedProcess:
@@ -128,7 +171,7 @@ def test_regrading_one_criterion_changes_only_it(tmp_path):
     assert [(c["id"], c["status"]) for c in after_detached["criteria"]] == [
         (c["id"], c["status"]) for c in before_detached["criteria"]
     ]
-    with open(gradebook.changelog_path(csv_path), newline="") as handle:
+    with open(changelog.path_of(csv_path), newline="") as handle:
         changes = list(csv.DictReader(handle))
     assert [(c["student"], c["criterion"], c["old_points"], c["new_points"], c["old_status"], c["new_status"])
             for c in changes] == [("key", "2.2-backward", "0", f"{backward:g}", "failed", "passed")]

@@ -1,10 +1,14 @@
 """``make report`` in a freshly built kit: every figure and its numbers on the answer key, one
 line per stub (exit 0) on the kit's own stubs, and ``make submit`` packing the report in a way
-the grader still reads (the two student files, nothing else used).
+the grader still reads (the two student files, nothing else used). Every figure of the answer
+key, drawn again from the numbers it was drawn from, passes the layout check of
+:mod:`figure_layout`, also with those numbers pushed to what a busy machine or a wrong solution
+gives; each caption of REPORT.md names only series its figure's legend has.
 
 The measurements run small (MINITORCH_REPORT_QUICK=1): these tests check that the report is
 written, not what it measures.
 """
+import copy
 import json
 import os
 import re
@@ -13,12 +17,14 @@ import subprocess
 import zipfile
 
 import pytest
+from figure_layout import layout_problems, legend_entries
 from student_copy import borrow_environment, student_files_from_answer_key
 
 from grader.layout import REPOSITORY
 from grader.submission import load_submission
 from kit import handout
-from minitorch.measure import MEASUREMENTS
+from minitorch.measure import FIGURE_DPI, MEASUREMENTS
+from minitorch.report_figures import BUSY_CPU_SHARE
 
 NAMES = [measurement.name for measurement in MEASUREMENTS]
 # Problem 2.4's and Problem 5's functions come from other branches of this batch; until they are
@@ -86,11 +92,22 @@ def test_the_measurements_agree_with_the_answer_key(solved):
     """Numbers the answer key must reproduce exactly (they are counts, not times)."""
     kit, _ = solved
     activations = json.loads((kit / "report" / "activations.json").read_text())
-    by_name = {entry["schedule"]: entry for entry in activations["schedules"]}
-    assert by_name["GPipe"]["measured"] == [8, 8, 8, 8] == by_name["GPipe"]["predicted"]
-    assert by_name["1F1B (yours)"]["measured"] == [4, 3, 2, 1] == by_name["1F1B (yours)"]["predicted"]
+    by_name = {entry["schedule"]: {row["M"]: row for row in entry["by_M"]} for entry in activations["schedules"]}
+    assert by_name["GPipe"][8]["measured"] == [8, 8, 8, 8] == by_name["GPipe"][8]["predicted"]
+    assert by_name["1F1B (yours)"][8]["measured"] == [4, 3, 2, 1] == by_name["1F1B (yours)"][8]["predicted"]
+    # Q4's figure sweeps M: GPipe's peak grows with it, 1F1B's stops at K = 4.
+    assert len(by_name["GPipe"]) >= 3 and sorted(by_name["1F1B (yours)"]) == sorted(by_name["GPipe"])
+    for m, row in by_name["GPipe"].items():
+        assert max(row["measured"]) == m and max(by_name["1F1B (yours)"][m]["measured"]) == min(m, 4)
     recomputation = json.loads((kit / "report" / "recomputation.json").read_text())
     assert all(row["forwards_per_layer"] == 2 for row in recomputation["results"])
+    assert all(row["peak_in_activations"] <= row["upper_bound_in_activations"] for row in recomputation["results"])
+    # Times are medians with their spread (the figures draw the bars).
+    for row in recomputation["results"]:
+        assert row["time_over_plain_min"] <= row["time_over_plain"] <= row["time_over_plain_max"]
+    pipe = json.loads((kit / "report" / "pipe_speedup.json").read_text())
+    assert all(row["speedup_min"] <= row["speedup"] <= row["speedup_max"] for row in pipe["results"])
+    assert 0 < pipe["single_thread_cpu_share"] and pipe["machine"]["cpus"] >= 1
     tp_bytes = json.loads((kit / "report" / "tp_bytes.json").read_text())
     plain = next(v for v in tp_bytes["variants"] if not v["sequence_parallel"])
     assert plain["recorded_bytes"] == plain["formula_bytes"]
@@ -173,3 +190,108 @@ def test_a_failing_or_missing_part_is_one_line_the_others_still_run(monkeypatch,
     assert sorted(path.name for path in tmp_path.iterdir()) == ["activations.json", "activations.png", "status.json"]
     recorded = {entry["name"]: entry["status"] for entry in json.loads((tmp_path / "status.json").read_text())["measurements"]}
     assert recorded == {"balance": "skipped", "activations": "done", "recomputation": "failed"}
+
+
+# ---------------------------------------------------------------- the figures
+
+
+@pytest.fixture(scope="module")
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    yield pyplot
+    pyplot.close("all")
+
+
+def numbers(kit, name):
+    return json.loads((kit / "report" / f"{name}.json").read_text())
+
+
+def png_size(path):
+    header = path.read_bytes()[:24]  # the PNG signature, then the IHDR chunk: width, height
+    return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+
+
+@pytest.mark.parametrize("measurement", MEASUREMENTS, ids=NAMES)
+def test_every_figure_of_the_answer_key_is_laid_out_cleanly(solved, pyplot, measurement):
+    kit, _ = solved
+    figure = measurement.plot(numbers(kit, measurement.name), pyplot)
+    assert layout_problems(figure) == []
+    # The figure checked is the one `make report` wrote (its size in pixels, at least).
+    written = png_size(kit / "report" / f"{measurement.name}.png")
+    drawn = [inches * FIGURE_DPI for inches in figure.get_size_inches()]
+    assert all(abs(pixels - size) < 1 for pixels, size in zip(written, drawn)), (written, drawn)
+    pyplot.close(figure)
+
+
+def busy_pipe(data):
+    data["single_thread_cpu_share"], data["machine"]["load_average"] = 0.12, 40.0
+    for index, row in enumerate(data["results"]):
+        row.update(speedup=0.1 + index, speedup_min=0.01, speedup_max=5.0 + 3 * index)
+
+
+def busy_recomputation(data):
+    data["single_thread_cpu_share"] = 0.3
+    for index, row in enumerate(data["results"]):
+        row.update(time_over_plain=0.5 + index, time_over_plain_min=0.05, time_over_plain_max=25.0,
+                   peak_in_activations=3 * row["upper_bound_in_activations"])
+
+
+def stub_schedules(data):  # what the kit's stubs give: GPipe only, a note for each of the others
+    for entry in data["schedules"][1:]:
+        entry["by_M"] = []
+    data["notes"] = [f"{entry['schedule']}: not implemented yet: Problem 4.1 (one_f_one_b in minitorch/pipeline.py)"
+                     for entry in data["schedules"][1:]]
+
+
+def no_plan_fits(data):
+    for case in data["cases"]:
+        case["best"] = None
+        for row in case["plans"]:
+            row["fits"] = False
+    data["cases"][0]["plans"][0]["tensor_parallel_s"] *= 1000
+
+
+def wrong_bytes(data):
+    for variant in data["variants"]:
+        variant["recorded_bytes"]["backward"] *= 50
+
+
+def lopsided_balance(data):
+    data["splits"]["even"]["stage_costs"] = [1.0, 1.0, 1.0, 60.0]
+
+
+@pytest.mark.parametrize(("name", "push"), [("pipe_speedup", busy_pipe), ("recomputation", busy_recomputation),
+                                            ("activations", stub_schedules), ("plan", no_plan_fits),
+                                            ("tp_bytes", wrong_bytes), ("balance", lopsided_balance)],
+                         ids=lambda value: getattr(value, "__name__", value))
+def test_the_figures_stay_clean_whatever_the_numbers(solved, pyplot, name, push):
+    """Legends and axes do not depend on where the numbers land."""
+    kit, _ = solved
+    data = copy.deepcopy(numbers(kit, name))
+    push(data)
+    measurement = next(m for m in MEASUREMENTS if m.name == name)
+    figure = measurement.plot(data, pyplot)
+    assert layout_problems(figure) == []
+    pyplot.close(figure)
+
+
+def test_each_caption_names_series_its_figure_draws(solved, pyplot):
+    """REPORT.md's caption of a figure names, after its colon, series separated by "; ": each is
+    (part of) a legend entry of the figure drawn from the answer key's numbers."""
+    kit, _ = solved
+    template = (kit / "REPORT.md").read_text()
+    captions = {name: alt for alt, name in re.findall(r"!\[([^\]]*)\]\(report/(\w+)\.png\)", template)}
+    for measurement in MEASUREMENTS:
+        title, _, named = captions[measurement.name].partition(": ")
+        assert named, f"the caption of {measurement.name} names no series: {title!r}"
+        figure = measurement.plot(numbers(kit, measurement.name), pyplot)
+        entries = " | ".join(legend_entries(figure)).lower()
+        missing = [series for series in named.split("; ") if series.lower() not in entries]
+        assert not missing, (measurement.name, missing, entries)
+        pyplot.close(figure)
+    # Q3 tells a student reading a busy machine's figure where the title's BUSY comes from.
+    assert f"BUSY below {BUSY_CPU_SHARE}" in template

@@ -15,7 +15,6 @@ import pytest
 from grading_helpers import answer_key_source, grade_folder, leftover_processes, write_submission
 
 
-
 def _kernel_allows_pid_namespaces() -> bool:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return False

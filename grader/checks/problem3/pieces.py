@@ -1,17 +1,22 @@
-"""The grader's own tensor-parallel pieces, written here from plain ``torch.distributed``
-(never the answer key), so that a criterion judges only the code of its own sub-problem.
+"""The grader's own tensor-parallel pieces (child side), written here from plain
+``torch.distributed`` (never the answer key), so that a criterion judges only the code of its
+own sub-problem.
 
 A criterion that needs a piece from another sub-problem (3.2's layers need 3.1's f and g, the
-3.6 model needs 3.3's layers and 3.4's loss, ...) runs the student's module with these pieces
-bound in its place (:func:`substitute`): a mistake in 3.1 then costs 3.1's criteria, not 3.2's
-as well. The pieces keep the student file's public names and signatures (the contracts of
-``tensor_parallel.py``), and name their parameters like the dense modules' ``state_dict``
-(``qkv``/``out``, ``fc1``/``fc2``, ``ln1``/``ln2``) so that judges can read gradients by name.
-Their collectives go through ``torch.distributed``'s module attributes, so the recorder of
-``problem3`` sees them like the student's.
+3.6 model needs 3.3's layers and 3.4's loss, ...) first runs the student's own pieces
+everywhere (``params["pieces"] == "own"``, the default); only when that fails does the grader
+run it again with these pieces bound in the student's module in place of the other
+sub-problems' (``"grader"``, see ``fallback`` in grader/grading.py, and :func:`bound`): a
+mistake in 3.1 then costs 3.1's criteria, not 3.2's as well, and a student's own helpers
+never cost points. The pieces keep the student file's public names and signatures (the
+contracts of ``tensor_parallel.py``), and name their parameters like the dense modules'
+``state_dict`` (``qkv``/``out``, ``fc1``/``fc2``, ``ln1``/``ln2``) so that judges can read
+gradients by name. Their collectives go through ``torch.distributed``'s module attributes, so
+the recorder sees them like the student's.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -282,10 +287,11 @@ class _CrossEntropy(torch.autograd.Function):
         return (softmax - onehot) * grad.unsqueeze(-1), None
 
 
-def substitute(student, *, ops=False, linear=False, norm=False, blocks=False, vocab=False) -> None:
+def substitute(student, *, ops=False, linear=False, norm=False, parts=False, blocks=False, vocab=False) -> None:
     """Bind the grader's pieces in ``student`` (the imported ``tensor_parallel`` module): the
-    3.1 ops, the 3.2 linear layers, the LayerNorm (its 3.5 part), the 3.3 modules (built on
-    whatever linear layers and LayerNorm ``student`` then holds) and the 3.4 embedding and loss."""
+    3.1 ops, the 3.2 linear layers, the LayerNorm (its 3.5 part), the 3.3 MLP and attention
+    (``parts``) or all three 3.3 modules (``blocks``; built on whatever linear layers and
+    LayerNorm ``student`` then holds) and the 3.4 embedding and loss."""
     names = {}
     if ops:
         names.update(OPS)
@@ -298,6 +304,32 @@ def substitute(student, *, ops=False, linear=False, norm=False, blocks=False, vo
                      _VocabParallelCrossEntropy=_CrossEntropy)
     for name, value in names.items():
         setattr(student, name, value)
-    if blocks:
+    if blocks or parts:
         for name, value in layer_classes(student).items():
-            setattr(student, name, value)
+            if blocks or name != "ParallelTransformerLayer":
+                setattr(student, name, value)
+
+
+def uses_grader_pieces(params: dict) -> bool:
+    """Whether this run binds the grader's pieces (the fallback's second run)."""
+    return params.get("pieces", "own") == "grader"
+
+
+@contextlib.contextmanager
+def bound(student, params: dict, **pieces):
+    """``with bound(tp, params, ops=True, ...)``: for the fallback's second run, the grader's
+    pieces bound in the student's module for the block (:func:`substitute`), restored
+    afterwards (t = 1 runs in the observing process); the student's own pieces otherwise."""
+    if not uses_grader_pieces(params):
+        yield
+        return
+    saved = dict(vars(student))
+    substitute(student, **pieces)
+    try:
+        yield
+    finally:
+        for name in set(vars(student)) - set(saved):
+            delattr(student, name)
+        for name, value in saved.items():
+            if vars(student).get(name) is not value:
+                setattr(student, name, value)
