@@ -435,3 +435,19 @@ def test_assert_instead_of_value_error_loses_arguments_only_for_best_plan(studen
 def test_rejecting_valid_arguments_loses_arguments(student):
     student("best_plan", lambda *args, **kwargs: (_ for _ in ()).throw(ValueError("always")))
     assert "are inside the contract (ints >= 1)" in arguments_failure()
+
+
+def test_a_cache_consulted_before_the_checks_loses_arguments(student):
+    """batch=True answered from the kept batch=1 call (a copy: never the same object twice)."""
+    from minitorch import pipeline
+
+    right, kept = pipeline.best_plan, {}
+
+    def cached(model, cluster, batch, microbatch=1):
+        arguments = (repr(model), repr(cluster), batch, microbatch)
+        if arguments not in kept:
+            kept[arguments] = right(model, cluster, batch, microbatch)
+        return None if kept[arguments] is None else dataclasses.replace(kept[arguments])
+
+    student("best_plan", cached)
+    assert "with batch=True, right after a valid call equal to it returned" in arguments_failure()

@@ -12,6 +12,7 @@ from grading_helpers import observe_and_judge
 
 from grader.checks.judging import Fail
 from grader.checks.problem5 import expected
+from grader.checks.problem5.arguments import cases as argument_cases
 from grader.checks.problem5.estimate import cases as plan_cases
 from grader.checks.problem5.plans import MODEL_FIELDS, valid_plan
 from minitorch import cost_model
@@ -419,3 +420,33 @@ def test_argument_checks_that_let_through_what_the_contract_rejects_lose_argumen
 def test_rejecting_valid_arguments_loses_arguments(student):
     student("estimate", lambda *args, **kwargs: (_ for _ in ()).throw(ValueError("always")))
     assert "are inside the contract (ints >= 1, a valid plan)" in arguments_failure()
+
+
+def cached_before_the_checks(estimate):
+    """``estimate`` answering from a cache keyed by its arguments (compared with ==) before any
+    check, with a copy of the kept Estimate (so the same object never comes back twice)."""
+    kept = {}
+
+    def cached(model, cluster, batch, t, p, microbatch=1):
+        arguments = (repr(model), repr(cluster), batch, t, p, microbatch)
+        if arguments not in kept:
+            kept[arguments] = estimate(model, cluster, batch, t, p, microbatch)
+        return dataclasses.replace(kept[arguments])
+
+    return cached
+
+
+def test_the_cases_asked_again_equal_a_valid_call():
+    for function in ("estimate", "best_plan"):
+        cases = argument_cases.argument_cases(function)
+        again = [case for case in cases if case[0].endswith(argument_cases.AGAIN)]
+        inside = [{**argument_cases.BASE_CALLS[function], **case[2]} for case in cases if case[3]]
+        assert len(again) == len(argument_cases.EQUAL_TO_INSIDE[function])
+        for case in again:
+            assert {**argument_cases.BASE_CALLS[function], **case[2]} in inside, case[0]
+
+
+def test_a_cache_consulted_before_the_checks_loses_arguments(student, answer_estimate):
+    """Right values and a new object each call, but t=True answered from the kept t=1 call."""
+    student("estimate", cached_before_the_checks(answer_estimate))
+    assert "right after a valid call equal to it returned" in arguments_failure()
