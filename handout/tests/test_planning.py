@@ -567,6 +567,25 @@ def test_best_plan_rejects_arguments_outside_the_contract(arguments):
 
 @pytest.mark.problem_5_2
 @pytest.mark.criterion("5.1-arguments", "5.2-arguments")
+@pytest.mark.parametrize("function, valid, equal", [
+    (estimate, {"t": 1, "p": 8}, {"t": True, "p": 8}), (estimate, {"t": 8, "p": 8}, {"t": numpy.int64(8), "p": 8}),
+    (estimate, {"t": 8, "p": 8}, {"t": 8, "p": 8.0}), (best_plan, {}, {"batch": 1536.0}),
+    (best_plan, {}, {"batch": numpy.int64(1536)}),
+], ids=["estimate t=True", "estimate t=numpy.int64(8)", "estimate p=8.0", "best_plan batch=1536.0",
+        "best_plan batch=numpy.int64(1536)"])
+def test_arguments_outside_the_contract_are_rejected_right_after_an_equal_valid_call(function, valid, equal):
+    """A bool, a float or a numpy integer equal to a valid int (with an equal hash) is still outside
+    the contract, even when the valid call came just before."""
+    cluster = Cluster(gpus=1024)
+    function(GPT3_175B, cluster, **{"batch": 1536, **valid})
+    arguments = {"batch": 1536, **valid, **equal}
+    raises_value_error(lambda: function(GPT3_175B, cluster, **arguments),
+                       f"{function.__name__}(GPT-3, 1024 GPUs, {arguments}) right after the same call with {valid or 'ints'}",
+                       "an argument outside the contract, equal to a valid one")
+
+
+@pytest.mark.problem_5_2
+@pytest.mark.criterion("5.1-arguments", "5.2-arguments")
 def test_arguments_at_the_limits_are_accepted():
     """The smallest sizes the contract allows raise nothing: one GPU, one sequence, t = p = 1."""
     cluster = Cluster(gpus=1, gpus_per_node=1)
