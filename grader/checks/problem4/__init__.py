@@ -20,11 +20,13 @@ criterion                  check (rubric)                         folder
 4.4-train-step             problem4.train_step:step               train_step/
 =========================  =====================================  =========================
 
-Shared by both sides: ``orders.py`` (the grader's own 1F1B and Megatron-LM orders and
-builders), ``one_thread.py``, each concept's case tables (``cases.py``, ``recompute/layers.py``,
-``recompute/runs.py``, ``train_step/stages.py``); child side only: ``reading.py`` (a schedule
-and a call as facts), ``recompute/measure.py`` (the parent measures plain runs with it too);
-parent side only: ``judge_schedules.py``.
+Shared by both sides: ``one_thread.py``, each concept's case tables (``cases.py``,
+``recompute/layers.py``, ``recompute/runs.py``, ``train_step/stages.py``); child side only:
+``reading.py`` (a schedule and a call as facts), ``recompute/measure.py`` (the parent measures
+plain runs with it too), the fallback's pieces (``pieces.py``: the grader's 1F1B builder;
+``train_step/interleaved_piece.py``: Megatron-LM's orders for 4.4's sizes only, so that no
+child holds 4.2's answer); parent side only: ``judge_schedules.py``, ``expected_orders.py``
+(the grader's own 1F1B and Megatron-LM orders).
 
 Schedules are judged in the parent by simulating them with the grader's own copy of
 ``minitorch.schedules``, with instant transfers and with a delay on every transfer, against

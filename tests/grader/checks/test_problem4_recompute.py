@@ -74,7 +74,7 @@ def test_stub_raises_not_implemented(criterion, student):
 
 def make_checkpoint(replay_rng=True, restore_rng=True, recompute_times=1, forward_times=1, modules_only=False,
                     segment_count=None, frozen_aware=True, input_on_ctx=False, reentrant=False, zero_first=False,
-                    unfreeze=False):
+                    unfreeze=False, repeated_params=False):
     """A hand-written checkpoint with one deliberate defect switched on."""
 
     class Segment(torch.autograd.Function):
@@ -119,6 +119,8 @@ def make_checkpoint(replay_rng=True, restore_rng=True, recompute_times=1, forwar
         for start, stop in segment_bounds(len(layers), segments):
             part = layers[start:stop]
             params = [p for layer in part if modules_only or isinstance(layer, torch.nn.Module) for p in layer.parameters()]
+            if not repeated_params:  # a module or weight that appears twice is passed once
+                params = list({id(p): p for p in params}.values())
             x = Segment.apply(lambda h, part=part: run_layers(part, h), x, *params)
         return x
 
@@ -187,6 +189,14 @@ def test_numpy_segments_accepted_fail_arguments(student):
 def test_no_rng_replay_fails_bit_identity(student):
     student(make_checkpoint(replay_rng=False))
     fails("4.3-bit-identical", r"dropout p=0.25 \(case 0, seed 1234\): grad of .* not bit-identical .* drawn again")
+
+
+def test_a_repeated_module_passing_its_parameters_twice_fails_bit_identity(student):
+    """[lin, lin] in one segment: lin.weight passed twice, its gradient added twice."""
+    student(make_checkpoint(repeated_params=True))
+    fails("4.3-bit-identical", r"2 layers, segments=1, dropout p=0.0, a module repeated .*: grad of parameter 0 is "
+                               r"not bit-identical")
+    passes_all_but("4.3-bit-identical")
 
 
 def test_rng_left_changed_after_backward_fails(student):

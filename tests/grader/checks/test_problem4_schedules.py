@@ -6,17 +6,21 @@ the criterion it targets with a message that says what went wrong.
 from __future__ import annotations
 
 import functools
+import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from grading_helpers import observe_and_judge
 
 from grader.checks.judging import Fail, Malformed, observed
+from grader.checks.problem4.expected_orders import reference_interleaved
 from grader.checks.problem4.one_f_one_b import observe as one_f_one_b_observe
 from grader.checks.problem4.one_f_one_b.judge import judge_makespan
-from grader.checks.problem4.orders import reference_interleaved
 from grader.child import plain_copy
+from grader.layout import REPOSITORY
 from grader.rubric import load_rubric
 from minitorch.schedules import Action
 
@@ -346,3 +350,51 @@ def test_the_graders_one_f_one_b_raises_as_its_contract_says(student):
     student("one_f_one_b", lambda k, m: one_f_one_b(int(k), int(m)))  # its own accepts bools
     fails("4.2-arguments", r"\(1, True, 1\): M is a bool")
     run_check("4.2-arguments", pieces="grader")
+
+
+def test_megatrons_all_forwards_first_at_m_equal_k_passes(student):
+    """Megatron-LM (releases with the rule) runs every forward first when M == K: a faithful
+    port keeps 4.2; the same order at M = 2K holds too much and fails."""
+    interleaved_one_f_one_b = answer("interleaved_one_f_one_b")
+
+    def megatron(k, m, v, rule=lambda k, m: m == k):
+        rows = interleaved_one_f_one_b(k, m, v)
+        if not rule(k, m):
+            return rows
+        return [[a for a in row if a.kind == "F"] + [a for a in row if a.kind == "B"] for row in rows]
+
+    student("interleaved_one_f_one_b", megatron)
+    run_check("4.2-interleaved")
+    run_check("4.2-interleaved", seed=0)
+    student("interleaved_one_f_one_b", lambda k, m, v: megatron(k, m, v, rule=lambda k, m: m == 2 * k))
+    fails("4.2-interleaved", r"interleaved_one_f_one_b\(1, 2, 4\): device 0 holds up to 2 .* Megatron-LM's order holds at most 1")
+
+
+def test_a_4_2_child_holds_no_interleaved_order():
+    """The fallback binds the grader's one_f_one_b in the student's module; whatever the
+    student's interleaved builder reaches from it (its globals, the modules a 4.2 child
+    imports) holds no interleaved order: 4.2's answer is not in the child to take."""
+    script = ("import importlib, json, sys\n"
+              "for name in ['grader.child', 'grader.checks.problem4.interleaved.observe']: importlib.import_module(name)\n"
+              "from grader.checks.problem4.interleaved import observe\n"
+              "piece_globals = sorted(observe.grader_one_f_one_b.__globals__)\n"
+              "print(json.dumps([sorted(m for m in sys.modules if m.startswith('grader.')), piece_globals]))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPOSITORY, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    modules, piece_globals = json.loads(done.stdout)
+    assert "grader.checks.problem4.pieces" in modules
+    assert not [m for m in modules if m.endswith(("expected_orders", "interleaved_piece")) or "judge" in m]
+    assert not [name for name in piece_globals if "interleav" in name.lower() or "megatron" in name.lower()]
+
+
+def test_the_4_4_interleaved_piece_is_megatrons_order_for_every_size_4_4_asks():
+    from grader.checks.problem4.train_step import stages
+    from grader.checks.problem4.train_step.interleaved_piece import ORDERS, grader_interleaved
+
+    asked = {stages.schedule_call(case.devices, case.chunks, m) for case in stages.CASES for m in case.sizes()}
+    interleaved = {arguments for function, arguments in asked if function == "interleaved_one_f_one_b"}
+    assert interleaved == set(ORDERS)
+    for sizes in interleaved:
+        assert [[tuple(a) for a in row] for row in grader_interleaved(*sizes)] == reference_interleaved(*sizes)
+    with pytest.raises(ValueError):
+        grader_interleaved(2, 3, 2)

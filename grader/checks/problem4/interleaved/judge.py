@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from grader.checks.judging import Fail, expect_cases
 from grader.checks.problem4 import judge_schedules as judging
+from grader.checks.problem4.expected_orders import megatron_orders
 from grader.checks.problem4.interleaved import cases
-from grader.checks.problem4.orders import reference_interleaved
 
 NOT_A_MULTIPLE = "M = {m} is not a multiple of K = {k}"
 WRONG = {  # what is wrong with each bad call of cases.BAD
@@ -25,8 +25,8 @@ WRONG = {  # what is wrong with each bad call of cases.BAD
 
 def judge_schedule(seed: int, params: dict, observation) -> None:
     """A new list of Action lists; valid; step = (M + (K-1)/v)(F + B); no slower than
-    Megatron-LM's order with transfer delays; device d holds no more than that order holds
-    (v = 1: plain 1F1B)."""
+    Megatron-LM's order with transfer delays and device d holding no more than that order
+    holds (v = 1: plain 1F1B; at M == K Megatron-LM's all-forwards order is admitted too)."""
     asked = cases.cases(seed)
     for (num_stages, num_microbatches, num_chunks), entry in zip(asked, expect_cases(observation["schedules"], asked,
                                                                                      "interleaved_one_f_one_b")):
@@ -41,18 +41,30 @@ def judge_schedule(seed: int, params: dict, observation) -> None:
                 f"{call}: one step takes {timeline.makespan:g} units (F = 1, B = 2 per device, 1/v per chunk, "
                 f"instant transfers); {goal} = {expected:g}{judging.picture(timeline)}"
             )
-        reference = reference_interleaved(num_stages, num_microbatches, num_chunks)
-        whose = "the 1F1B order" if num_chunks == 1 else "Megatron-LM's order"
-        judging.no_slower_with_transfers(rows, reference, call, num_microbatches, num_chunks, whose)
-        plain_reference = [list(map(list, row)) for row in reference]
-        limits = judging.simulate(plain_reference, "the grader's reference", num_microbatches, num_chunks).peak_in_flight
-        for device, (peak, limit) in enumerate(zip(timeline.peak_in_flight, limits)):
-            if peak > limit + 1e-9:
-                raise Fail(
-                    f"{call}: device {device} holds up to {peak:g} microbatches' activations at once (counting "
-                    f"1/v per chunk); {whose} holds at most {limit:g} there{judging.picture(timeline)}"
-                )
+        _like_a_megatron_order(rows, timeline, call, num_stages, num_microbatches, num_chunks)
     judging.judge_fresh(observation["fresh"], cases.FRESH, "interleaved_one_f_one_b", lambda case: case[0])
+
+
+def _like_a_megatron_order(rows, timeline, call: str, num_stages: int, num_microbatches: int, num_chunks: int) -> None:
+    """No slower with transfer delays, and on no device holding more, than one of the orders
+    the contract admits as Megatron-LM's (at M == K its all-forwards order too); else the
+    first order's reason."""
+    failures = []
+    for whose, reference in megatron_orders(num_stages, num_microbatches, num_chunks):
+        try:
+            judging.no_slower_with_transfers(rows, reference, call, num_microbatches, num_chunks, whose)
+            plain = [list(map(list, row)) for row in reference]
+            limits = judging.simulate(plain, "the grader's reference", num_microbatches, num_chunks).peak_in_flight
+            for device, (peak, limit) in enumerate(zip(timeline.peak_in_flight, limits)):
+                if peak > limit + 1e-9:
+                    raise Fail(
+                        f"{call}: device {device} holds up to {peak:g} microbatches' activations at once (counting "
+                        f"1/v per chunk); {whose} holds at most {limit:g} there{judging.picture(timeline)}"
+                    )
+            return
+        except Fail as failure:
+            failures.append(failure)
+    raise failures[0]
 
 
 def judge_arguments(seed: int, params: dict, observation) -> None:

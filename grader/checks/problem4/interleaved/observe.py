@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from grader.checks.problem4 import reading
 from grader.checks.problem4.interleaved import cases
-from grader.checks.problem4.orders import grader_builders
+from grader.checks.problem4.pieces import grader_builders, grader_one_f_one_b
 
 
 def _module():
@@ -18,7 +18,7 @@ def _module():
 def observe_schedule(seed: int, params: dict) -> dict:
     """Every case's schedule, and each fresh-result case called twice."""
     student = _module()
-    with grader_builders(student, ("one_f_one_b",), params.get("pieces", "own")):
+    with grader_builders(student, {"one_f_one_b": grader_one_f_one_b}, params.get("pieces", "own")):
         function = student.interleaved_one_f_one_b
         return {"schedules": [{"case": case, **reading.read_schedule(function(*case))} for case in cases.cases(seed)],
                 "fresh": [{"case": case, **reading.read_fresh(function, tuple(case))} for case in cases.FRESH]}
@@ -27,7 +27,7 @@ def observe_schedule(seed: int, params: dict) -> dict:
 def observe_arguments(seed: int, params: dict) -> dict:
     """What each valid call, then each bad call did (dicts keep this order)."""
     student = _module()
-    with grader_builders(student, ("one_f_one_b",), params.get("pieces", "own")):
+    with grader_builders(student, {"one_f_one_b": grader_one_f_one_b}, params.get("pieces", "own")):
         function = student.interleaved_one_f_one_b
         return {
             "valid": [{"case": label, **reading.outcome(lambda args=args: function(*args))} for label, args in cases.VALID],

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from grader.checks.judging import Fail, expect_cases
 from grader.checks.problem4 import judge_schedules as judging
+from grader.checks.problem4.expected_orders import reference_one_f_one_b
 from grader.checks.problem4.one_f_one_b import cases
-from grader.checks.problem4.orders import reference_one_f_one_b
 
 WRONG = {  # what is wrong with each bad call of cases.BAD
     "(0, 4)": "K = 0", "(4, 0)": "M = 0", "(-1, 3)": "K < 0", "(3, -2)": "M < 0", "(2.0, 4)": "K is a float",

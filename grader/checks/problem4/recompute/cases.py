@@ -15,7 +15,8 @@ class RecomputeCase:
 
     ``kind``: "grader" (the grader's layer: linear, tanh, dropout), "frozen" (every other
     one with frozen parameters), "no-params" (modules without parameters), "functions"
-    (every ``function_every``-th layer a plain callable). ``input_grad``: whether the input
+    (every ``function_every``-th layer a plain callable), "shared" (a module twice in a row, a
+    weight of two modules, a module in two segments: ``layers.shared_layers``). ``input_grad``: whether the input
     requires grad. ``shape``: the input's leading dims (the last is WIDTH). ``dtype``,
     ``transposed`` (a non-contiguous input), ``container`` (how the layers are passed),
     ``warm_up`` (the same layers were used once before with another input shape and segment
@@ -41,7 +42,9 @@ class RecomputeCase:
     def describe(self) -> str:
         words = [f"{self.layers} layers, segments={self.segments}, dropout p={self.dropout}"]
         words += {"frozen": ["every other layer frozen"], "no-params": ["modules without parameters"],
-                  "functions": [f"every {self.function_every}. layer a plain function"]}.get(self.kind, [])
+                  "functions": [f"every {self.function_every}. layer a plain function"],
+                  "shared": ["a module repeated (twice in a row, and in the first and the last segment), a "
+                             "weight shared by two modules"]}.get(self.kind, [])
         if not self.input_grad:
             words.append("an input that does not require grad")
         if self.shape != (BATCH,) or self.dtype != "float64" or self.transposed:
@@ -74,6 +77,10 @@ RECOMPUTE_CASES = [
     RecomputeCase(6, 3, 0.2, accumulate=True, keyword=True, warm_up=True),
     RecomputeCase(6, 2, 0.2, kind="frozen", via_grad=True, container="ModuleList"),
     RecomputeCase(5, 5, 0.1, dtype="float32", shape=(1,), accumulate=True, input_grad=False),
+    # the same module twice in one segment (the smallest), in two segments; a weight in two modules
+    RecomputeCase(2, 1, 0.0, kind="shared"), RecomputeCase(2, 2, 0.2, kind="shared"),
+    RecomputeCase(6, 2, 0.2, kind="shared", container="ModuleList", accumulate=True),
+    RecomputeCase(7, 2, 0.1, kind="shared", via_grad=True, input_grad=False, container="Sequential"),
 ]
 
 

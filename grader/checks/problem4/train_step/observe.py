@@ -10,8 +10,9 @@ from torch import nn
 
 from grader.checks.problem4 import reading
 from grader.checks.problem4.one_thread import single_threaded
-from grader.checks.problem4.orders import grader_builders
+from grader.checks.problem4.pieces import grader_builders, grader_one_f_one_b
 from grader.checks.problem4.train_step import stages as table
+from grader.checks.problem4.train_step.interleaved_piece import grader_interleaved
 from grader.checks.recording import provided, trusted
 
 FORKSERVER_PRELOAD = ("torch.fx.experimental.symbolic_shapes",)
@@ -105,7 +106,8 @@ def observe_step(seed: int, params: dict) -> dict:
     """Every training case (the schedules to follow, with the student's own pieces), the bad
     calls, and a step whose stage raises."""
     student, pieces = _student(), params.get("pieces", "own")
-    with grader_builders(student, ("one_f_one_b", "interleaved_one_f_one_b"), pieces):
+    with grader_builders(student, {"one_f_one_b": grader_one_f_one_b, "interleaved_one_f_one_b": grader_interleaved},
+                         pieces):
         cases = [{"case": index, **_run_case(student, seed, case, pieces)} for index, case in enumerate(table.CASES)]
         if any(isinstance(step["schedule"], dict) and "raised" in step["schedule"]
                for case in cases for step in case["steps"]):
