@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from grader.checks.problem4.pieces import as_actions, check_sizes
+from grader.checks.problem4.pieces import as_actions, check_sizes, grader_one_f_one_b
 
 # (K, M, v): device d's actions, "<stage><F or B><microbatch>" each
 ORDERS = {
@@ -22,11 +22,14 @@ ACTION = re.compile(r"(\d+)([FB])(\d+)")
 
 
 def grader_interleaved(num_stages: int, num_microbatches: int, num_chunks: int) -> list:
-    """The grader's interleaved builder, with its contract's ValueError (M a multiple of K),
-    for 4.4's sizes; LookupError for any other valid size (4.4 asks for none)."""
+    """The grader's interleaved builder, with its contract's ValueError (M a multiple of K):
+    plain 1F1B for v = 1, Megatron-LM's order for 4.4's sizes, LookupError for any other
+    valid size (4.4 asks for none)."""
     check_sizes(num_stages=num_stages, num_microbatches=num_microbatches, num_chunks=num_chunks)
     if num_microbatches % num_stages:
         raise ValueError(f"num_microbatches ({num_microbatches}) must be a multiple of num_stages ({num_stages})")
+    if num_chunks == 1:
+        return grader_one_f_one_b(num_stages, num_microbatches)
     key = (num_stages, num_microbatches, num_chunks)
     if key not in ORDERS:
         raise LookupError(f"the grader's interleaved_one_f_one_b stand-in holds only 4.4's sizes, not {key}")
