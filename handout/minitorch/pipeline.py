@@ -302,6 +302,9 @@ def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_chunks: 
       at ``K = 4, M = 8, v = 2``, against 1F1B's 4; the price of the smaller bubble,
       with v times as many transfers.
     - ``v = 1`` is plain 1F1B: the same contract as :func:`one_f_one_b`.
+    - At ``M = K`` (one group) Megatron-LM's order may also be its all-forwards-first one
+      (every forward, then every backward: its rule for ``M = K``, for any v): its time
+      with transfer delays and its memory (up to M on every device) are admitted too.
 
     Megatron-LM's order for ``K = 2, M = 4, v = 2`` (``1F0``: chunk 1, forward,
     microbatch 0; each box starts with ``|``; a chunk's F takes 1/2 unit, its B 1 unit;
@@ -418,7 +421,10 @@ def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments:
     Args:
         layers: a non-empty sequence (list, tuple, ``nn.ModuleList``, ``nn.Sequential``)
             of callables: ``nn.Module`` s, with or without parameters, frozen or not, or
-            plain functions such as ``torch.tanh``.
+            plain functions such as ``torch.tanh``. The same module may appear more than
+            once and modules may share parameters: a parameter's gradient sums all its uses,
+            as the plain run's does (bit for bit unless it is used more than once in each of
+            two segments or more, where the sum may round in another order).
         x: the input tensor: any shape, dtype, contiguous or not, requiring grad or not,
             on any device (graded on CPUs only).
         segments: a Python int in ``1 .. n``. ``None`` means ``round(sqrt(n))``, rounded
