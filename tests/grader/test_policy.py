@@ -228,3 +228,35 @@ def balance_stages(costs: Sequence[float], num_stages: int) -> list[int]:
 @pytest.mark.parametrize("source", CORRECT_VARIANTS, ids=["threads-and-queues", "collectives-and-dataclasses", "planning"])
 def test_correct_code_written_another_way_raises_no_finding(source):
     assert names(source) == []
+
+
+def test_long_attribute_chains_are_scanned_in_time_linear_in_their_length():
+    """A chain ``value.a.a...`` thousands deep is read once, not once per link (the red-team
+    round's megabyte of such chains took minutes): it costs no more than as many links in short
+    chains cost (CPU time, compared in one run), and a forbidden link inside a chain is found."""
+    import time
+
+    def cpu_seconds(source: str) -> float:
+        started = time.process_time()
+        assert scan_source("pipeline.py", source, ()) == []
+        return time.process_time() - started
+
+    deep = "".join(f"def unused_{n}(value):\n    return value{'.a' * 1800}\n" for n in range(30))
+    flat = "".join(f"def unused_{n}(value):\n    return value{'.a' * 10}\n" for n in range(30 * 180))
+    assert cpu_seconds(deep) < 1.5 * cpu_seconds(flat) + 0.2  # quadratic: about 5 times the flat cost
+    inside = scan_source("pipeline.py", "def f(x):\n    return x" + ".a" * 600 + ".__globals__" + ".b" * 300 + "\n", ())
+    assert [f.name for f in inside] == ["attribute __globals__"]
+
+
+def test_a_scan_that_runs_past_its_bound_is_reported_unscanned(monkeypatch):
+    from grader import policy
+
+    monkeypatch.setattr(policy, "SCAN_SECONDS", 0.2)
+    monkeypatch.setattr(policy._Scanner, "scan", lambda self, tree: time_passes())
+    findings = scan_source("pipeline.py", "x = 1\n", ())
+    assert [(f.name, f.code) for f in findings] == [(policy.UNSCANNABLE, "the file could not be scanned within 0.2 s")]
+
+
+def time_passes() -> None:
+    while True:
+        pass
