@@ -17,6 +17,8 @@ from grader.checks.problem4.recompute.layers import (
     GraderLayer,
     as_passed,
     build_case,
+    given_input,
+    optimizer_step,
     parameters,
     preset_gradients,
 )
@@ -84,6 +86,18 @@ def _warm_up(student, layers, case: table.RecomputeCase) -> None:
         parameter.requires_grad_(requires_grad)
 
 
+def _same_call_before(student, layers, x, case: table.RecomputeCase):
+    """The very same call once before, forward and backward, then an optimizer step and the
+    gradients forgotten: the case's call is then a second training step on the same batch.
+    Returns what that call returned."""
+    earlier = _call(student, as_passed(layers, case), x, case.segments, case.keyword)
+    earlier.sum().backward()
+    optimizer_step(layers)
+    for tensor in [x, *parameters(layers)]:
+        tensor.grad = None
+    return earlier
+
+
 @single_threaded
 def observe_bit_identical(seed: int, params: dict) -> dict:
     """Per case: the plain run and the student's checkpointed run (value, requires_grad,
@@ -93,6 +107,7 @@ def observe_bit_identical(seed: int, params: dict) -> dict:
     with _torch_checkpoint_refused(used):
         for index, case in enumerate(table.recompute_cases(seed)):
             layers, x, rng_seed = build_case(seed, index)
+            earlier = _same_call_before(student, layers, x, case) if case.repeat else None
             plain = plain_run(layers, x, rng_seed, case)
             for tensor in [x, *parameters(layers)]:
                 tensor.grad = None
@@ -101,8 +116,9 @@ def observe_bit_identical(seed: int, params: dict) -> dict:
             if case.accumulate:
                 preset_gradients(layers, x)
             torch.manual_seed(rng_seed)
-            output = _call(student, as_passed(layers, case), x, case.segments, case.keyword)
-            results.append({"case": index, "plain": plain, "student": finish(layers, x, output, case)})
+            given = given_input(x, case)
+            output = _call(student, as_passed(layers, case), given, case.segments, case.keyword)
+            results.append({"case": index, "plain": plain, "student": finish(layers, given, output, case, earlier)})
     return {"cases": results, "torch_checkpoint": used}
 
 
