@@ -36,7 +36,6 @@ late-work flags (course.late, course.adjustments); ``--anonymous`` names student
 from __future__ import annotations
 
 import argparse
-import json
 import secrets
 import subprocess
 import sys
@@ -48,10 +47,10 @@ from pathlib import Path
 from course import gradebook, regrade, similarity
 from course.canvas import OptionsError, RosterError
 from course.discovery import DiscoveryError, Student, discover, safe_file_name
-from course.outcomes import StudentGrade, apply_report
+from course.outcomes import StudentGrade, apply_report, one_line_each
 from grader.layout import REPOSITORY
 from grader.processes import kill_group
-from grader.protocol import printable, read_json_report, write_atomic
+from grader.protocol import one_line, read_json_report, report_text, write_atomic
 
 
 def grade_student(
@@ -109,7 +108,7 @@ def _regraded(outcome: StudentGrade, previous: dict, report: dict | None, target
         outcome.flags += ["regrade_failed", "needs_review"]
         return previous
     merged, outcome.changes = regrade.merge(previous, report, "regrade")
-    write_atomic(outcome.report_path, json.dumps(merged, indent=2) + "\n")
+    write_atomic(outcome.report_path, report_text(merged))
     return merged
 
 
@@ -134,6 +133,7 @@ def run_batch(
         DiscoveryError, OptionsError, RosterError: the folder cannot be read, or the options do
             not fit (before anyone is graded).
     """
+    progress = one_line_each(progress)
     options = options or gradebook.Options()
     grader_command = grader_command or default_grader(sys.executable, options)
     students, notes = discover(folder, gradebook.submissions_folder(csv_path))
@@ -181,7 +181,7 @@ def grade_all(
         gradebook.save_outcome(outcome, run, reports / "outcomes")
         with lock:
             done += 1
-            progress(printable(progress_line(outcome, done, len(students))))
+            progress(progress_line(outcome, done, len(students)))
         return outcome
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -254,7 +254,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def usage_error(command: str, message: str) -> int:
-    print(f"python -m course {command}: error: {message}", file=sys.stderr)
+    print(one_line(f"python -m course {command}: error: {message}"), file=sys.stderr)
     return 2
 
 
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     review = [o.student for o in outcomes if "needs_review" in o.flags]
     print(f"graded {len(outcomes)} students in {time.monotonic() - start:.1f} s -> {args.csv}")
     if review:
-        print(f"needs review ({len(review)}): {', '.join(review)}")
+        print(one_line(f"needs review ({len(review)}): {', '.join(review)}"))
     return 0
 
 

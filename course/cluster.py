@@ -54,8 +54,9 @@ from course.batch import (
 )
 from course.canvas import OptionsError, RosterError
 from course.discovery import DiscoveryError, Student, discover, safe_file_name
+from course.outcomes import one_line_each
 from grader.layout import REPOSITORY
-from grader.protocol import write_atomic
+from grader.protocol import one_line, write_atomic
 
 KINDS = ("cpu", "gpu")
 PREVIOUS_PLAN = "plan.previous.json"
@@ -204,7 +205,7 @@ def write(args: argparse.Namespace) -> list[Path]:
     options = gradebook_options(args).absolute()  # the merge runs elsewhere
     students, notes = discover(args.folder.resolve(), gradebook.submissions_folder(csv_path))
     for note in [*notes, *gradebook.notes(options, gradebook.check(options, students))]:
-        print(note)
+        print(one_line(note))
     if not students:
         raise OptionsError(f"{args.folder}: no students to grade")
     folder = slurm_folder(csv_path)
@@ -272,7 +273,7 @@ def submit(scripts: list[Path], csv_path: Path, wait: bool) -> int:
         else:
             (script.parent / PREVIOUS_PLAN).unlink(missing_ok=True)
     for line in refused:
-        print(line)
+        print(one_line(line))
     if not jobs:
         raise OptionsError("no array was submitted")
     write_atomic(slurm_folder(csv_path) / "jobs.json", json.dumps(jobs) + "\n")
@@ -303,6 +304,7 @@ def _withdraw(folder: Path) -> None:
 
 def run_task(plan_path: Path, task: int, progress=print) -> int:
     """Grade task ``task``'s share of the plan; 0 once every one of them has a record."""
+    progress = one_line_each(progress)
     plan = load_plan(plan_path)
     share = plan.share(task)
     reports = Path(plan.reports)
@@ -333,6 +335,7 @@ def _died(student: Student, plan: Plan, index: int, jobs: dict) -> StudentGrade:
 
 def merge(csv_path: Path, overrides: gradebook.Options, progress=print) -> list[StudentGrade]:
     """Build the gradebook from the plans' records and reports (see :func:`gradebook.finish`)."""
+    progress = one_line_each(progress)
     csv_path = csv_path.resolve()
     folder = slurm_folder(csv_path)
     plans = {kind: load_plan(folder / kind / "plan.json") for kind in KINDS if (folder / kind / "plan.json").exists()}
@@ -453,4 +456,4 @@ def _summary(outcomes: list[StudentGrade], csv_path: Path, seconds: float) -> No
     review = [o.student for o in outcomes if "needs_review" in o.flags]
     print(f"merged {len(outcomes)} students in {seconds:.1f} s -> {csv_path}")
     if review:
-        print(f"needs review ({len(review)}): {', '.join(review)}")
+        print(one_line(f"needs review ({len(review)}): {', '.join(review)}"))

@@ -17,7 +17,9 @@ with their overlapping code, and every student's criteria and messages as the st
 The page is one file that needs nothing else: no network, no script at all (expandable
 sections are ``<details>``), inline CSS and SVG, and a Content-Security-Policy that forbids
 scripts and remote content. Everything from a submission (names, messages, printed output,
-code) is escaped by Jinja2's autoescape.
+code) is escaped by Jinja2's autoescape, and every value the page shows has its control
+characters and bidirectional controls escaped first (:func:`_shown`): a name cannot reorder
+or hide the text around it.
 """
 from __future__ import annotations
 
@@ -33,13 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
+import markupsafe
 
 from course import anonymous as anonymous_names
 from course import late, similarity
 from course.discovery import archive_stem
 from course.outcomes import ROWS_FILE, load_rows, problem_key
 from grader.layout import DEFAULT_RUBRIC, STUDENT_FILES
-from grader.protocol import read_json_report
+from grader.protocol import printable, read_json_report
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MAX_MESSAGE_CHARS = 4000  # per criterion in a student's section; the JSON report has all of it
@@ -377,10 +380,19 @@ def _pairs(path: Path) -> list[similarity.Pair]:
         raise DashboardError(str(error)) from error
 
 
+def _shown(value: object) -> object:
+    """A value as the page shows it: text with its control characters escaped (its lines kept,
+    for messages and code; in a name a line break is only a space in HTML). Markup (a macro's
+    output, a joined list) stays markup: escaping control characters adds no ``<`` or ``&``."""
+    if isinstance(value, markupsafe.Markup):
+        return markupsafe.Markup(printable(str(value)))
+    return printable(value) if isinstance(value, str) else value
+
+
 def _environment() -> jinja2.Environment:
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
-        trim_blocks=True, lstrip_blocks=True,
+        trim_blocks=True, lstrip_blocks=True, finalize=_shown,
     )
     environment.filters["points"] = lambda value: "–" if value is None else f"{value:.4g}"
     environment.filters["average"] = lambda value: "–" if value is None else f"{value:.1f}".removesuffix(".0")

@@ -30,7 +30,7 @@ from pathlib import Path
 from course import canvas
 from course.discovery import safe_file_name
 from course.outcomes import ROWS_FILE, StudentGrade, load_rows
-from grader.protocol import printable, read_json_report
+from grader.protocol import one_line, printable, read_json_report
 from grader.report import counted, report_from_json, summary
 from grader.rubric import VISIBILITIES, Rubric
 
@@ -58,7 +58,7 @@ def course_lines(outcome: StudentGrade) -> list[str]:
 
 def text(outcome: StudentGrade, report: dict, rubric: Rubric, show: tuple[str, ...] = ("visible",)) -> str:
     """The feedback of one student from their report, with the course's adjustment of it."""
-    lines = [f"Feedback for {outcome.student}", *course_lines(outcome)]
+    lines = [f"Feedback for {one_line(outcome.student)}", *course_lines(outcome)]
     view = summary(report_from_json(report), rubric, blocked_apart=True, shown=shown_ids(report, rubric, show),
                    review=False)
     return printable("\n".join(lines)) + "\n" + view + "\n"
@@ -137,5 +137,5 @@ def run(args: argparse.Namespace) -> int:
         zipped, missing = canvas_zip(args.out, args.canvas_download)
         print(f"Canvas: {counted(zipped, 'feedback file')} -> {args.out / CANVAS_ZIP} (upload it with Re-Upload Submissions)")
         if missing:
-            print(f"Canvas: no feedback for {', '.join(missing)} (no report)")
+            print(one_line(f"Canvas: no feedback for {', '.join(missing)} (no report)"))
     return 0

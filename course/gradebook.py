@@ -31,7 +31,7 @@ from course import adjustments, anonymous, canvas, changelog, feedback, late, re
 from course.discovery import Student, safe_file_name
 from course.outcomes import StudentGrade, apply_report, default_rows, save_rows, write_csv
 from grader.layout import DEFAULT_RUBRIC
-from grader.protocol import read_json_report, write_atomic
+from grader.protocol import read_json_report, report_text, write_atomic
 from grader.report import counted
 
 # Flags that come from a student's JSON report; recomputed when GPU results change it.
@@ -228,7 +228,7 @@ def _merge_one(outcome: StudentGrade, cpu: dict, gpu: dict) -> None:
                for m in cpu.get("merged", []) if isinstance(m, dict))
     if not done:  # merging the same GPU run twice would list it twice under `merged`
         cpu, _ = regrade.merge(cpu, gpu, GPU_SOURCE)
-        write_atomic(outcome.report_path, json.dumps(cpu, indent=2) + "\n")
+        write_atomic(outcome.report_path, report_text(cpu))
     _refresh(outcome, cpu)
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from course import anonymous
 from grader.layout import STUDENT_FILES
-from grader.protocol import printable, write_atomic
+from grader.protocol import one_line, write_atomic
 
 # The gradebook's rows, beside the students' reports: no student's file can have this name
 # (student files are named by course.discovery.safe_file_name, which never writes "@").
@@ -76,11 +77,19 @@ def apply_report(outcome: StudentGrade, report: dict) -> None:
 
 
 def escape_cell(value: object) -> str:
-    """A CSV cell a spreadsheet shows as text: control characters escaped, formula-like
-    starts given a leading quote."""
+    """A CSV cell a spreadsheet shows as text, on one line: control characters and line
+    breaks escaped (a student's name is a folder's), formula-like starts given a leading quote."""
     text = "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
-    text = printable(text)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+    text = one_line(text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text  # (a tab or CR start is escaped already)
+
+
+def one_line_each(progress: Callable[[str], object]) -> Callable[[str], object]:
+    """``progress`` (``print``, a test's ``list.append``) given every line through
+    :func:`grader.protocol.one_line`: the lines name students, files and folders of
+    submissions, which must not start lines of their own or reach the terminal as control
+    characters (idempotent: a line shown once is shown the same again)."""
+    return lambda line: progress(one_line(line))
 
 
 def problem_key(problem: str) -> tuple:

@@ -10,7 +10,8 @@ The child confines itself before any student code runs, in this order:
    repository root, where the answer key lives), and every ``minitorch*`` module is purged,
    so ``import minitorch.pipeline`` finds the submitted file and nothing else;
 3. :func:`grader.sandbox.confine.enter`: limits, the jail, the leased uid, no keyrings, a
-   private working folder and an environment of only what the harness passed;
+   private working folder and an environment of only what the harness passed; and
+   ``torch.load`` made to load weights only (:func:`grader.checks.recording.refuse_pickles`);
 4. the grader's modules are taken out of ``sys.modules`` (the student's code cannot look up
    the hidden checks there), the provided modules the checks rely on are imported and handed
    to the checks' toolkit, writes to the watched modules start being recorded, what
@@ -182,6 +183,7 @@ def main(job: Job) -> None:
         observe = getattr(importlib.import_module(job.module), "observe_" + job.name)
         _isolate_imports(job.tree)
         confine.enter(job.confinement)
+        toolkit.refuse_pickles()
         watched = _watched_modules()
         reporter = _Reporter(result_fd, streams)
         torch.manual_seed(job.seed)
@@ -235,11 +237,6 @@ def _observe(observe, job: Job, reporter: _Reporter) -> dict[str, object]:
         return {"kind": Kind.FAIL.value, "message": str(unusable)}
     except BaseException as error:  # the student's code raised (SystemExit included)
         reporter.release()
-        judging = sys.modules.get("grader.checks.judging")  # a one-module check judges in the child
-        if judging is not None and isinstance(error, judging.Fail):
-            tampered = error.details.get("tampered") if type(error.details) is dict else None
-            envelope: dict[str, object] = {"kind": Kind.FAIL.value, "message": str(error)}
-            return {**envelope, "tampered": [str(name) for name in tampered]} if tampered else envelope
         return _exception_envelope(error, job)
     reporter.release()
     try:

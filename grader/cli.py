@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from grader import report as reports
     from grader.grading import Budget, grade, select
     from grader.layout import DEFAULT_RUBRIC
-    from grader.protocol import Status, printable, write_json_report
+    from grader.protocol import Status, one_line, write_json_report
     from grader.rubric import RubricError, load_rubric
     from grader.submission import SubmissionNotFound, load_submission
 
@@ -114,9 +114,9 @@ def run(args: argparse.Namespace) -> int:
 
     found = ", ".join(sorted(submission.files)) or "no student files"
     missing = f"; missing {', '.join(submission.missing())}" if submission.missing() else ""
-    print(printable(f"Grading {args.path} ({found}{missing}) with {rubric.path}"), flush=True)
+    print(one_line(f"Grading {args.path} ({found}{missing}) with {rubric.path}"), flush=True)  # a student's folder name
     if submission.problem:
-        print(printable(f"  {submission.problem}"), flush=True)
+        print(one_line(f"  {submission.problem}"), flush=True)
 
     def on_result(report, result) -> None:
         print(reports.live_line(result), flush=True)

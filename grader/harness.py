@@ -264,7 +264,7 @@ class Harness:
                         confinement=confinement)
         started = time.perf_counter()
         process = self.sandbox.start(child.main, job, confinement, PROCESS_PREFIX + criterion.id)
-        ended = self.sandbox.run(process, timeout)
+        ended = self.sandbox.run(process, timeout, confinement.status_path)
         outcome = self._outcome(ended, confinement, time.perf_counter() - started)
         outcome.orphans, outcome.out_of_memory = ended.orphans, ended.out_of_memory
         return outcome

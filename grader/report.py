@@ -2,7 +2,10 @@
 
 Text meant for people (the terminal, Gradescope's page) goes out through
 :func:`grader.protocol.printable`: what a student's code printed or raised cannot reach a
-terminal as control characters.
+terminal as control characters. Notes, review reasons and the policy scan's findings, which
+quote names from the submission (files in an archive, identifiers), go out through
+:func:`grader.protocol.one_line`: each stays on its one line, so a file named with newlines
+cannot add lines that pass for the grader's own (a forged table or total).
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import json
 import os
 from collections import Counter
 
-from grader.protocol import Report, Result, Status, points_phrase, printable, write_atomic
+from grader.protocol import Report, Result, Status, one_line, points_phrase, printable, write_atomic
 from grader.protocol import format_points as _points
 from grader.rubric import Rubric
 
@@ -107,9 +110,9 @@ def _review(report: Report, hidden: set[str]) -> list[str]:
     if not reasons and not report.policy_findings:
         return []
     lines = ["", "NEEDS REVIEW by the course staff (this does not change the score above):"]
-    lines += [f"  - {reason}" for reason in reasons]
+    lines += [f"  - {one_line(reason)}" for reason in reasons]
     for finding in report.policy_findings[:POLICY_LINES_SHOWN]:
-        lines.append(f"    {finding.get('file')}:{finding.get('line')}: {finding.get('name')}: {finding.get('code')}")
+        lines.append(one_line(f"    {finding.get('file')}:{finding.get('line')}: {finding.get('name')}: {finding.get('code')}"))
     if len(report.policy_findings) > POLICY_LINES_SHOWN:
         lines.append(f"    ... and {len(report.policy_findings) - POLICY_LINES_SHOWN} more (see the JSON report)")
     return lines
@@ -150,7 +153,7 @@ def summary(report: Report, rubric: Rubric, blocked_apart: bool = False, shown: 
     if errors:
         lines += ["", f"GRADER ERROR in {counted(errors, 'criterion', 'criteria')}: the grader broke, not the submission. "
                       "Tell the course staff."]
-    lines += [f"note: {note}" for note in report.notes if not _names_any(note, hidden)]
+    lines += [f"note: {one_line(note)}" for note in report.notes if not _names_any(note, hidden)]
     if review:
         lines += _review(report, hidden)
     if shown is None:

@@ -110,7 +110,7 @@ class Criterion:
 def check_modules(check: str) -> tuple[str, str]:
     """``(observe module, judge module)`` of a check ``"<package>:<name>"``: a concept's
     package (``problem2.clock_cycles``) has the two sides as ``observe`` and ``judge``; a
-    one-module check (``performance``) is both."""
+    one-module check (``selftest``, the grader's tests of itself) is both."""
     package = "grader.checks." + check.split(":")[0]
     return (f"{package}.observe", f"{package}.judge") if "." in check.split(":")[0] else (package, package)
 

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, cast
 
 from grader.layout import FILE_OF_PROBLEM, STUDENT_FILES, provided_names
+from grader.protocol import one_line
 
 MAX_FILE_BYTES = 1_000_000
 # Archives a submission may be: what students upload, made on Windows, macOS or Linux.
@@ -77,7 +78,8 @@ class Submission:
 
     ``files`` maps a student file name to its bytes. ``problem`` is set when the submission
     could not be read at all (a corrupt or unsafe zip): every criterion then scores 0 with
-    that reason. ``notes`` says what was taken from where.
+    that reason, on one line (it quotes names from the archive: :func:`grader.protocol.one_line`).
+    ``notes`` says what was taken from where.
     """
 
     path: str
@@ -132,7 +134,7 @@ def _from_folder(folder: Path) -> Submission:
                 try:
                     submission.files[name] = _read_regular_file(candidate)
                 except (OSError, ValueError) as error:
-                    submission.problem = f"cannot read {candidate}: {error}"
+                    submission.problem = one_line(f"cannot read {candidate}: {error}")
                     return submission
                 if candidate.name == name:
                     submission.notes.append(f"{name} from {candidate.relative_to(folder)}")
@@ -342,7 +344,7 @@ def _from_archive(path: Path) -> Submission:
         submission.skipped = _skipped(members)
     except (OSError, ValueError, RuntimeError, EOFError, NotImplementedError, zipfile.BadZipFile, tarfile.TarError, zlib.error) as error:
         submission.files.clear()
-        submission.problem = f"cannot read the archive {path.name}: {error}"
+        submission.problem = one_line(f"cannot read the archive {path.name}: {error}")
     return submission
 
 
@@ -382,5 +384,5 @@ def _single_file(path: Path) -> Submission:
     try:
         submission.files[name] = _read_regular_file(path)
     except (OSError, ValueError) as error:
-        submission.problem = f"cannot read {path}: {error}"
+        submission.problem = one_line(f"cannot read {path}: {error}")
     return submission

@@ -31,7 +31,7 @@ ENGINE = ("grader/__init__.py", "grader/__main__.py", "grader/gradescope_run.py"
 
 def _grader_imports(relative: str) -> set[str]:
     """The grader's own modules that ``relative`` imports (``grader.x`` and ``from grader.checks
-    import tp_pieces`` alike), as files relative to the repository."""
+    import recording`` alike), as files relative to the repository."""
     found = set()
     for node in ast.walk(ast.parse((REPOSITORY / relative).read_text())):
         names = []

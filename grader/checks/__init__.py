@@ -35,16 +35,3 @@ from the rubric (empty dict when absent). Any other exception from ``observe_*``
 the stub's ``NotImplementedError``) is reported as the criterion's failure with the student's
 frames of the traceback.
 """
-# Until every problem is in the layout above, the one-module checks ("problem2:schedule") import
-# their toolkit from here, lazily: a child side that imports this package loads neither toolkit.
-_TRANSITIONAL = {"Fail": "judging", "Malformed": "judging", "expect_cases": "judging", "expect_tensor": "judging",
-                 "observed": "judging", "in_every_rank": "recording", "provided": "recording",
-                 "rank_values": "recording", "student_tensor": "recording", "trusted": "recording"}
-
-
-def __getattr__(name: str):
-    if name in _TRANSITIONAL:
-        import importlib
-
-        return getattr(importlib.import_module(f"grader.checks.{_TRANSITIONAL[name]}"), name)
-    raise AttributeError(f"module 'grader.checks' has no attribute {name!r}")

@@ -73,14 +73,37 @@ trusted = types.SimpleNamespace(
 _PROVIDED: dict[str, types.ModuleType] = {}
 # The grader's modules and the provided ones, as the child holds them (filled by the child).
 _WATCHED: dict[str, types.ModuleType] = {}
-# Names written on a watched module while the student's code ran (see :func:`record_writes`).
+# Names written on a watched module while the student's code ran, and the tools that rewrite
+# execution it installed (see :func:`record_writes`); and how many were recorded, apart: code
+# that empties or edits the list cannot make the two agree again without knowing of both.
 WRITES: list[str] = []
+_RECORDED = 0
 # What the checks rely on in a child and in every rank it forks: (name, object) whose every
 # attribute must keep its identity; torch's comparison functions; the thread functions.
 WATCHED_TORCH = ("allclose", "isclose", "equal", "testing.assert_close", "save", "load")
 WATCHED_THREADING = ("current_thread", "get_ident", "Thread", "Lock", "Event")
-# Modules a write to is recorded (a function replaced and put back between two snapshots).
-RECORDED_MODULES = ("time", "threading", "torch", "torch.testing", "minitorch")
+# Modules a write to is recorded (a function replaced and put back between two snapshots); json's
+# are what the child's report is encoded with (see grader.result_file).
+RECORDED_MODULES = ("time", "threading", "torch", "torch.testing", "minitorch", "json", "json.encoder")
+# Audit events of the tools that rewrite how other code runs: tracing and profiling hooks (a
+# tracer can jump over a grader's line or rewrite its variables). Python raises them in each
+# thread that installs a hook, threads started while ``threading.settrace``'s hook is set
+# included, and an audit hook cannot be taken off: a hook set and removed again is seen.
+REWRITING_EVENTS = frozenset({"sys.settrace", "sys.setprofile", "sys._settraceallthreads",
+                              "sys._setprofileallthreads", "sys.monitoring.register_callback"})
+
+
+def _record(name: str) -> None:
+    """Note ``name`` (a written attribute, a hook installed) for :func:`changed`."""
+    global _RECORDED
+    _RECORDED += 1
+    WRITES.append(name)
+
+
+def _audited(event: str, arguments: tuple) -> None:
+    """The audit hook of :func:`record_writes`: a tracing or profiling hook installed."""
+    if event in REWRITING_EVENTS:
+        _record(f"{event} (a tracing or profiling hook was installed)")
 
 
 def provided(name: str) -> types.ModuleType:
@@ -123,7 +146,9 @@ def identities(watched: dict[str, types.ModuleType]) -> dict[str, object]:
     the provided ones: their attributes, their classes' attributes, and for the provided
     ones what their containers hold), ``sys.modules``'s entries for them, torch's comparison
     functions, the tensor methods, the clocks, the threading functions that name threads, the
-    builtins, and how many writes to watched modules were recorded."""
+    builtins; the tracing and profiling hooks and torch's function and dispatch modes left on
+    (a mode left on answers for every torch function: ``torch.equal`` that always agrees);
+    and how many writes to watched modules were recorded."""
     import builtins
 
     import torch
@@ -143,17 +168,27 @@ def identities(watched: dict[str, types.ModuleType]) -> dict[str, object]:
     for name in WATCHED_THREADING:
         seen[f"threading.{name}"] = id(getattr(threading, name, None))
     _namespace_ids("builtins", builtins, seen)
-    seen["(writes to watched modules)"] = len(WRITES)
+    for name, hook in (("threading.settrace's hook", getattr(threading, "_trace_hook", None)),
+                       ("threading.setprofile's hook", getattr(threading, "_profile_hook", None)),
+                       ("sys.settrace's hook", sys.gettrace()), ("sys.setprofile's hook", sys.getprofile())):
+        seen[name] = id(hook)
+    seen["torch function modes left on"] = torch._C._len_torch_function_stack()
+    seen["torch dispatch modes left on"] = torch._C._len_torch_dispatch_stack()
+    seen["(writes to watched modules)"] = (len(WRITES), _RECORDED)
     return seen
 
 
 def changed(before: dict[str, object], now: dict[str, object]) -> list[str]:
-    """The names whose identity differs between two :func:`identities`, and the modules'
-    attributes written in between (even if put back)."""
+    """The names whose identity differs between two :func:`identities`, the modules'
+    attributes written in between (even if put back) and the hooks installed, and whether
+    the record of those was edited."""
     names = sorted(name for name, identity in before.items() if now.get(name) != identity and not name.startswith("("))
-    mark = before.get("(writes to watched modules)", 0)
-    written = WRITES[mark if isinstance(mark, int) else 0:]
-    return names + [f"{name} (written)" for name in dict.fromkeys(written) if name not in names]
+    mark = before.get("(writes to watched modules)")
+    listed, counted = mark if isinstance(mark, tuple) else (0, 0)
+    written = WRITES[listed:]
+    if len(WRITES) - listed != _RECORDED - counted:
+        names.append("the grader's record of writes to watched modules (edited)")
+    return names + [name if "(" in name else f"{name} (written)" for name in dict.fromkeys(written) if name not in names]
 
 
 GRADER_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -178,12 +213,12 @@ class _RecordedModule(types.ModuleType):
         qualified = f"{self.__name__}.{name}"
         is_submodule = isinstance(value, types.ModuleType) and value.__name__ == qualified
         if not (is_submodule and (qualified not in _PROVIDED or _PROVIDED[qualified] is value)) and not _by_grader():
-            WRITES.append(qualified)
+            _record(qualified)
         super().__setattr__(name, value)
 
     def __delattr__(self, name: str) -> None:
         if not _by_grader():
-            WRITES.append(f"{self.__name__}.{name}")
+            _record(f"{self.__name__}.{name}")
         super().__delattr__(name)
 
 
@@ -198,7 +233,7 @@ def _by_provided_code() -> bool:
 def _recording(method: str):
     def recorded(self, *args, **kwargs):
         if not _by_provided_code():
-            WRITES.append(f"{self.name} (changed by {method})")
+            _record(f"{self.name} (changed by {method})")
         return getattr(list, method)(self, *args, **kwargs)
 
     recorded.__name__ = method
@@ -218,10 +253,17 @@ class _RecordedList(list):
 
 def record_writes(modules: list[types.ModuleType]) -> None:
     """Record every write to these modules from now on (in this process and those it forks),
-    and every change to the lists the provided ones hold (each replaced by a
-    :class:`_RecordedList` with the same items, before anything looked at it)."""
+    every change to the lists the provided ones hold (each replaced by a
+    :class:`_RecordedList` with the same items, before anything looked at it), and every
+    tracing or profiling hook installed (:data:`REWRITING_EVENTS`, through an audit hook; not
+    where the grader itself runs under a tracer, a coverage tool's, which every thread installs)."""
     global _TRUSTED_FOLDERS
     import torch
+
+    hooks = (getattr(threading, "_trace_hook", None), getattr(threading, "_profile_hook", None), sys.gettrace(),
+             sys.getprofile())
+    if hooks == (None, None, None, None):
+        sys.addaudithook(_audited)
 
     _TRUSTED_FOLDERS = (GRADER_FOLDER + os.sep, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
     for module in modules:
@@ -233,6 +275,24 @@ def record_writes(modules: list[types.ModuleType]) -> None:
                     vars(module)[attribute] = recorded
         if type(module) is types.ModuleType:
             module.__class__ = _RecordedModule
+
+
+def refuse_pickles() -> None:
+    """From now on ``torch.load`` in this process (and those it forks) loads weights only,
+    whatever its caller asks: a pickle, which runs code when it is loaded, could carry code
+    the policy scan never reads (``weights_only=False`` on a payload in a student's file).
+    The grader's own loads (the launcher's rank results) already ask for weights only."""
+    import torch
+    import torch.serialization
+
+    load = torch.serialization.load
+
+    def weights_only_load(*args, **kwargs):
+        kwargs["weights_only"] = True
+        return load(*args, **kwargs)
+
+    weights_only_load.__doc__ = load.__doc__
+    torch.load = torch.serialization.load = weights_only_load
 
 
 def in_every_rank(rank_fn):

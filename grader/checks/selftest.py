@@ -12,7 +12,7 @@ import resource
 import sys
 import tempfile
 
-from grader.checks import Fail
+from grader.checks.judging import Fail
 
 
 def observe_isolation(seed: int, params: dict):

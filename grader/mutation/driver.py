@@ -49,12 +49,6 @@ def criteria_for(problem: str, rubric: Rubric) -> list[Criterion]:
     return [c for c in rubric.active() if c.problem in wanted and HARDWARE[c.needs] == 0]
 
 
-def _observe_module(criterion: Criterion) -> str:
-    """The module a criterion's child runs: ``observe_module`` where the checks are packages of
-    a child and a parent side, ``module`` before that."""
-    return getattr(criterion, "observe_module", None) or criterion.module
-
-
 @dataclass
 class Verdict:
     """A criterion's verdict on one file set: the grader's status and message."""
@@ -76,7 +70,7 @@ class _Grader:
         self.rubric, self.seed = rubric, seed
         self.key = {name: (PROVIDED_FOLDER / name).read_bytes() for name in STUDENT_FILES}
         self.submission = Submission("answer key (mutation)", files=dict(self.key))
-        self.harness = Harness(self.submission, rubric.settings, sorted({_observe_module(c) for c in criteria}))
+        self.harness = Harness(self.submission, rubric.settings, sorted({c.observe_module for c in criteria}))
         self.harness.__enter__()
         self.harness.start()
         self.paths = {name: Path(path) for name, path in zip(STUDENT_FILES, self.harness.student_paths())}

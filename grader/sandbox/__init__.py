@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.processes import kill_group, remove_tree
-from grader.sandbox import bwrap, memory, plan, reaper, seccomp
+from grader.sandbox import bwrap, memory, pidns, plan, reaper, seccomp
 from grader.sandbox.confine import BWRAP, IN_HOUSE, Confinement, kill_uid, probe
 from grader.sandbox.uids import SlotError, lease_uid, return_uid
 
@@ -76,6 +76,7 @@ class Sandbox:
         self.private_temp: tuple = ()
         self.private_network = False
         self.jail: tuple = ()
+        self.pid_namespace = False
         self.notes: list[str] = []
         self.defences: dict[str, str] = {}
         self.memory_base = 0
@@ -133,14 +134,19 @@ class Sandbox:
         return None
 
     def _settle_in_house(self) -> None:
-        """Jail the children (see mounts.enter_jail) where this machine allows it; else keep
-        the unprivileged user only if, as that user, a child can still read Python, and hide
-        the grader's files as far as mount namespaces allow. Then cut the network."""
+        """Jail the children (see mounts.enter_jail), each in a PID namespace of its own where
+        the kernel allows it (pidns); else keep the unprivileged user only if, as that user, a
+        child can still read Python, and hide the grader's files as far as mount namespaces
+        allow. Then cut the network."""
         jail = (*plan.jail_plan(), str(self.tree))
-        reason = self._probe(jail=jail)
+        refused = self._probe(jail=jail, pid_namespace=True)
+        self.pid_namespace = refused is None
+        reason = None if refused is None else self._probe(jail=jail)
+        if refused is not None and reason is None:
+            self.notes.append(f"children have no PID namespace of their own: {refused}")
         if reason is None:
             self.jail = jail
-            if self._probe(jail=jail, private_network=True) is None:
+            if self._probe(jail=jail, private_network=True, pid_namespace=self.pid_namespace) is None:
                 self.private_network = True
             return
         self.notes.append(f"children are not jailed (they see the machine's files): {reason}")
@@ -184,6 +190,8 @@ class Sandbox:
             "devices": ("a /dev of its own: null, zero, full, random, urandom, the GPUs, a private devpts" if jailed
                         else "the machine's /dev (its pseudo-terminals included)"),
             "processes_visible": ("only the child's own (a PID namespace)" if self.backend == BWRAP
+                                  else "only the child's own (a PID namespace, below an init of the grader's)"
+                                  if self.jail and self.pid_namespace
                                   else "only the child's own (a /proc with hidepid)" if jailed else "all of the machine's"),
             "ipc": "a namespace of each child's own (shared memory, semaphores, message queues)" if jailed else "shared",
             "network": ("none (a private loopback only)" if self.private_network or self.backend == BWRAP
@@ -202,12 +210,12 @@ class Sandbox:
 
     # --- one child ----------------------------------------------------------------------------
     def confinement(self, label: str = "", expose: tuple = (), hide: tuple = (), private_network: bool = False,
-                    private_temp: tuple = (), jail: tuple = ()) -> Confinement:
+                    private_temp: tuple = (), jail: tuple = (), pid_namespace: bool = False) -> Confinement:
         """What the next child must do to confine itself (the settled plan unless given)."""
         assert self.base is not None, "the sandbox is used as a context manager"
         if not label:
             expose, hide, private_network = self.expose, self.hide, self.private_network
-            private_temp, jail = self.private_temp, self.jail
+            private_temp, jail, pid_namespace = self.private_temp, self.jail, self.pid_namespace
         self.count += 1
         workdir = self.base / f"private-{self.count}"
         workdir.mkdir(mode=0o700)
@@ -215,7 +223,7 @@ class Sandbox:
             os.chown(workdir, *self.user)
         file_bytes = int(self.settings.output_limit_mb * 1024 * 1024)
         name = f"{self.count}{label}"
-        paths = {key: str(self.results / f"{name}.{key}") for key in ("out", "result", "started")}
+        paths = {key: str(self.results / f"{name}.{key}") for key in ("out", "result", "started", "status")}
         for path in paths.values():  # never read what an earlier child left there
             Path(path).unlink(missing_ok=True)
         return Confinement(
@@ -226,7 +234,7 @@ class Sandbox:
             hide=hide, private_network=private_network, environment=child_environment(),
             private_temp=tuple((folder, tuple(kept) + plan.below(folder, self.tree, workdir)) for folder, kept in private_temp),
             jail=jail, jail_root=str(self.base / "jail"), scratch_bytes=file_bytes * SCRATCH_PER_OUTPUT,
-            backend=self.backend if not label else IN_HOUSE,
+            backend=self.backend if not label else IN_HOUSE, pid_namespace=pid_namespace, status_path=paths["status"],
         )
 
     def start(self, target, job, confinement: Confinement, name: str):
@@ -238,9 +246,11 @@ class Sandbox:
         process.start()
         return process
 
-    def run(self, process, timeout: float) -> Ended:
+    def run(self, process, timeout: float, status_path: str = "") -> Ended:
         """Wait for a started child at most ``timeout`` seconds, bounding its criterion's
         memory meanwhile; then kill whatever it left, wherever it hid, and say how it ended.
+        ``status_path``: its confinement's, where a PID namespace's init says what the
+        criterion left running (the namespace's processes die with that init).
 
         Raises:
             SandboxError: bubblewrap could not make the child's sandbox."""
@@ -261,9 +271,12 @@ class Sandbox:
         stopped = process.exitcode is None
         kill_group(process.pid, still_running=stopped)  # also whatever it left in its group
         process.join(10)
+        init, left = pidns.read_status(status_path) if status_path else (None, 0)
+        if init is not None:  # killed with the child: it ends once its namespace is empty, re-parented here
+            reaper.reap(init, time.monotonic() + 10)
         escaped = self._escaped(process.pid)  # outside the child's group: setsid, double fork, clone flags
         self.kill_leased_uid()
-        orphans = len(escaped | reaper.sweep_orphans(before))
+        orphans = len(escaped | reaper.sweep_orphans(before)) + left
         failure = bwrap.setup_failure(process, process.output_path) if isinstance(process, bwrap.Child) else None
         if failure is not None:
             raise SandboxError(f"bubblewrap could not start the child: {failure}")

@@ -10,7 +10,9 @@ the child only carries it out, before any student code runs:
    inherited closed (the forkserver's pipes, a TA's terminal);
 2. the child imports what it needs (its business, not the sandbox's);
 3. :func:`enter`: resource limits on top of what it already uses; as root, the in-house jail
-   (:mod:`grader.sandbox.mounts`) and its own network; then the uid the grader leased, no new
+   (:mod:`grader.sandbox.mounts`), its own network and its own PID namespace
+   (:mod:`grader.sandbox.pidns`: from there on the rest runs in the namespace's second
+   process, below an init of the grader's); then the uid the grader leased, no new
    privileges, no kernel keyrings (a seccomp filter: a keyring of the uid would outlive the
    child); a private working folder and an environment of only what the parent passed.
 
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.processes import processes_of
-from grader.sandbox import mounts, seccomp
+from grader.sandbox import mounts, pidns, seccomp
 
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 IN_HOUSE, BWRAP = "in-house", "bubblewrap"
@@ -62,6 +64,8 @@ class Confinement:
     scratch_bytes: int = 0
     backend: str = IN_HOUSE
     inherited: tuple = ()  # (output, result, started) descriptors the child was started with (bubblewrap)
+    pid_namespace: bool = False  # the jailed child's own PID namespace, with an init of the grader's (pidns)
+    status_path: str = ""  # where that init writes its pid and what the criterion left running
 
 
 @dataclass
@@ -180,13 +184,17 @@ def _prctl(option: int, value: int) -> None:
 
 
 def _isolate(confinement: Confinement) -> None:
-    """Namespaces, mounts and network, as root, before dropping privileges."""
+    """Namespaces, mounts and network, as root, before dropping privileges; last, the PID
+    namespace's init and worker (only the worker returns: see :mod:`grader.sandbox.pidns`)."""
+    status = pidns.open_status(confinement.status_path) if confinement.jail and confinement.pid_namespace else None
     if confinement.jail:
         mounts.enter_jail(confinement)
     else:
         mounts.isolate_files(confinement.expose, confinement.hide, confinement.private_temp, confinement.file_bytes * 4)
     if confinement.private_network:
         mounts.private_network()
+    if status is not None:
+        pidns.enter(status)
 
 
 def _drop_privileges(confinement: Confinement) -> None:

@@ -13,6 +13,8 @@ import re
 import socket
 import struct
 
+from grader.sandbox import pidns
+
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 # Per-mount flags of /proc/self/mountinfo kept when a mount is made read-only (dropping a
@@ -141,7 +143,9 @@ def _bind_all(root: str, paths: list[str], bound: list[str]) -> list[str]:
 
 
 def enter_jail(confinement) -> None:
-    """This child's own root (needs root): new mount and IPC namespaces, and in them an empty
+    """This child's own root (needs root): new mount and IPC namespaces (and, with
+    ``confinement.pid_namespace``, a PID namespace for its next child: see
+    :mod:`grader.sandbox.pidns`, whose init mounts ``/proc`` then), and in them an empty
     tmpfs with, read-only, the folders of ``confinement.jail`` (the system's programs and
     libraries, Python and torch, the disposable tree); ``/sys``; a ``/dev`` of its own (see
     :func:`_private_devices`); a ``/proc`` that shows only this user's processes; and,
@@ -152,6 +156,8 @@ def enter_jail(confinement) -> None:
     line or environment is visible."""
     libc, root = _libc(), confinement.jail_root
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(CLONE_NEWNS | CLONE_NEWIPC)")
+    if confinement.pid_namespace:
+        pidns.unshare()
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     _check(libc.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, SMALL_TMPFS), "tmpfs jail")
     scratch = b"size=%d,nr_inodes=%d" % (max(confinement.scratch_bytes, 1 << 20), SCRATCH_INODES)
@@ -165,7 +171,8 @@ def enter_jail(confinement) -> None:
         writable.append(root + folder)
     _bind_all(root, in_temp, bound)  # the tree (and Python, if it lives in /tmp) inside the private /tmp
     os.makedirs(root + "/proc", exist_ok=True)
-    _check(libc.mount(b"proc", (root + "/proc").encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=2"), "proc")
+    if not confinement.pid_namespace:  # else the namespace's init mounts its own
+        _check(libc.mount(b"proc", (root + "/proc").encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=2"), "proc")
     _make_path(root, confinement.workdir)
     uid = confinement.uid if confinement.uid is not None else os.getuid()
     owner = b"mode=0700,uid=%d,gid=%d," % (uid, confinement.gid if confinement.gid is not None else os.getgid())

@@ -14,7 +14,8 @@ per column; ``(i, j)`` is microbatch i on stage j::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -35,12 +36,12 @@ def clock_cycles(num_microbatches: int, num_stages: int) -> Iterator[list[tuple[
     early as those two rules allow.
 
     Args:
-        num_microbatches: ``M``, an int >= 0.
-        num_stages: ``K``, an int >= 1.
+        num_microbatches: ``M``, an int >= 0 (a Python or NumPy integer).
+        num_stages: ``K``, an int >= 1 (a Python or NumPy integer).
 
     Yields:
         The waves in clock-cycle order, from the first cycle to the last one with work,
-        each a new ``list`` of ``(microbatch, stage)`` tuples of ints ordered by
+        each a new ``list`` of ``(microbatch, stage)`` tuples of Python ints ordered by
         increasing stage. Every pair with ``0 <= i < M`` and ``0 <= j < K`` appears in
         exactly one wave; no wave is empty, so ``M == 0`` yields none.
 
@@ -53,8 +54,12 @@ def clock_cycles(num_microbatches: int, num_stages: int) -> Iterator[list[tuple[
     Note the order inside a pair: (microbatch, stage). (The lecture slides' F_{a,b} is
     stage a, microbatch b: the other way round.)
 
-    Guarantees: it is a generator: each wave is computed when it is asked for, and
-    each call starts afresh (calls with other sizes, before or after, change nothing).
+    Guarantees:
+        - It is a generator: each wave is computed when it is asked for, so the work
+          done before the first wave does not grow with ``M * K`` (state kept per
+          microbatch or per stage is fine).
+        - Each call starts afresh: calls with other sizes, before or after, change
+          nothing, and the waves a call yields are the caller's to change.
 
     Raises:
         ValueError: an argument that is not an int (``True``, ``2.0`` and ``"3"`` are not),
@@ -72,7 +77,8 @@ class Pipe(nn.Module):
     ``Pipe(stages, devices, split_size)(x)`` computes the same values as
     ``stages[-1](...stages[1](stages[0](x)))``, but splits ``x`` into microbatches and
     lets every stage work on a different microbatch at the same time, one worker thread
-    per stage (:class:`minitorch.runtime.StageWorkers`, kept as ``self.workers``).
+    per stage (:class:`minitorch.runtime.StageWorkers`, kept as ``self.workers``). The
+    constructor and ``close()`` are provided; you write ``forward``.
 
     Args:
         stages: the pipeline stages, a non-empty sequence of ``nn.Module`` (a list, a
@@ -83,7 +89,8 @@ class Pipe(nn.Module):
             ``"cpu"`` for every stage.
         split_size: rows per microbatch (>= 1). The last microbatch may be smaller; a
             ``split_size`` larger than the batch gives a single microbatch.
-        timeout: seconds a stage may take before ``TimeoutError`` (see StageWorkers).
+        timeout: seconds a stage's call may take before ``TimeoutError`` (see
+            StageWorkers).
 
     Raises:
         ValueError: no stages, a stage that is not an ``nn.Module``, ``len(devices) !=
@@ -128,12 +135,15 @@ class Pipe(nn.Module):
         Returns:
             ``stages[-1](...stages[0](x))``: the microbatch outputs concatenated along
             dimension 0 in the original row order, on ``devices[-1]``, equal to the
-            stages run in sequence on each microbatch (up to floating-point rounding).
-            Nothing is detached: ``backward()`` reaches every stage's parameters that
-            require grad, and ``x`` when it requires grad.
+            stages run in sequence on each microbatch (up to floating-point rounding),
+            in their dtype. Nothing is detached: ``backward()`` reaches every stage's
+            parameters that require grad, and ``x`` when it requires grad, adding to what
+            their ``.grad`` holds as the stages run in sequence would; the output requires
+            grad exactly when theirs would.
 
         Guarantees:
-            - Stage ``j`` runs on its worker thread (``self.workers``), microbatches in
+            - Stage ``j`` runs on its worker thread (``self.workers``, the same
+              StageWorkers for every call until ``close()``), microbatches in
               order, at most ``K`` of them at once across the pipeline: the schedule is
               ``clock_cycles(M, K)`` (look it up by that name when forward runs), each wave
               handed out to the workers as a whole before any of its results is waited
@@ -143,7 +153,8 @@ class Pipe(nn.Module):
               microbatch happens on its stage's thread.
             - The grad mode of the caller (``torch.no_grad``, ``torch.inference_mode``)
               holds in every stage.
-            - ``x`` is left as it was: same values, same ``requires_grad``.
+            - ``x`` is left as it was: same values, same ``requires_grad``, no ``.grad``
+              (a forward alone computes no gradient).
             - Calls are independent: another batch size on the next call, or a call after
               one that raised, works like a first call.
 
@@ -151,6 +162,8 @@ class Pipe(nn.Module):
             The first exception a stage raised (in schedule order), unchanged: the same
             object, whatever its class (``BaseException`` included), once the wave it
             was raised in has been taken back, so the Pipe can be called again afterwards.
+            TimeoutError: a stage's call took longer than ``timeout`` (``StageWorkers.receive``
+                raises it): it reaches the caller unchanged, and the call is not retried.
         """
         # TODO: Implement for Problem 2.2.
         raise NotImplementedError("Problem 2.2: Pipe.forward")
@@ -169,7 +182,7 @@ class Pipe(nn.Module):
 # ---------------------------------------------------------------- Problem 2.4: balancing the stages
 
 
-def balance_stages(costs: Sequence[float], num_stages: int) -> list[int]:
+def balance_stages(costs: Iterable[float], num_stages: int) -> list[int]:
     """Cut a stack of layers into ``num_stages`` consecutive stages so the slowest is fastest.
 
     A pipeline runs at the pace of its slowest stage. Given the cost of every layer, in
@@ -178,13 +191,14 @@ def balance_stages(costs: Sequence[float], num_stages: int) -> list[int]:
     consecutive layers each stage gets.
 
     Args:
-        costs: the cost of each layer, a non-empty sequence (list, tuple, ...) of finite
-            real numbers >= 0 (ints or floats; zeros allowed). It is not changed.
-        num_stages: ``K``, an int with ``1 <= K <= len(costs)``.
+        costs: the cost of each layer, a non-empty iterable (a list, a tuple, a NumPy
+            array, a generator, ...) of finite real numbers >= 0: Python or NumPy ints and
+            floats, of any scale (seconds, FLOPs), zeros allowed. It is not changed.
+        num_stages: ``K``, an int (a Python or NumPy integer) with ``1 <= K <= len(costs)``.
 
     Returns:
-        ``sizes``, a new list of ``K`` ints, each >= 1 (no stage is empty), summing to
-        ``len(costs)``: stage ``s`` holds layers ``sum(sizes[:s])`` up to
+        ``sizes``, a new list of ``K`` Python ints, each >= 1 (no stage is empty), summing
+        to ``len(costs)``: stage ``s`` holds layers ``sum(sizes[:s])`` up to
         ``sum(sizes[:s + 1]) - 1``. The cost of a stage is the sum of its layers' costs;
         no other split into ``K`` non-empty consecutive stages has a smaller largest
         stage cost (up to floating-point rounding of the sums). When several splits
@@ -195,13 +209,15 @@ def balance_stages(costs: Sequence[float], num_stages: int) -> list[int]:
     ``[2, 2, 3, 1]`` both give a largest stage cost of 3.3, the least possible, so either
     is a right answer to ``balance_stages([1, 1, 1, 1, 1, 1, 1, 3.3], 4)``.
 
-    Each call depends only on its arguments. Sizes: the checks use at most 64 layers and
-    16 stages; any exact method whose time is polynomial in both is fast enough.
+    Each call depends only on its arguments' values, and the list it returns is the
+    caller's to change. Sizes: the checks use at most 64 layers and 16 stages; any exact
+    method whose time is polynomial in both is fast enough.
 
     Raises:
         ValueError: at the call, when ``costs`` is empty or holds something that is not a
-            finite real number >= 0 (a negative cost, ``nan``, ``inf``, a string, a bool),
-            or ``num_stages`` is not an int (bools are not), is < 1 or > ``len(costs)``.
+            finite real number >= 0 (a negative cost, ``nan``, ``inf``, a string, a bool,
+            ``None``, a complex number), or ``num_stages`` is not an int (bools and ``2.0``
+            are not), is < 1 or > ``len(costs)``.
     """
     # TODO: Implement for Problem 2.4.
     raise NotImplementedError("Problem 2.4: balance_stages")

@@ -74,9 +74,10 @@ ARCHIVE_MODES = {"zip": None, "tar.gz": "w:gz", "tgz": "w:gz"}
 BOUND_SECONDS = 60  # any entry, hostile ones included, is graded within this
 REPORT_BYTES = 1_000_000  # any entry's report.json and results.json stay below this
 RUN_TOKEN = "@RUN_TOKEN@"
-# An entry grades Problem 2.2 unless it says otherwise: the 2.2 checks run the grader's own
-# clock_cycles and no 2.1 or 2.4 check runs a Pipe, so a mistake in one part cannot cost another
-# (2.1 and 2.4 entries say `only`; 2.3 needs GPUs). Grading fewer criteria keeps the catalogue fast.
+# An entry grades Problem 2.2 unless it says otherwise: a 2.2 check that fails with the student's
+# clock_cycles runs again with the grader's (fallback) and no 2.1 or 2.4 check runs a Pipe, so a
+# mistake in one part cannot cost another (2.1 and 2.4 entries say `only`; 2.3 needs GPUs).
+# Grading fewer criteria keeps the catalogue fast.
 DEFAULT_ONLY = ["2.2"]
 # Problem 3's criteria run the grader's own pieces in place of the other sub-problems' where the
 # student's own fail (the fallback; grader/checks/problem3/pieces.py). For each sub-problem, at least one entry with a mistake in it grades
@@ -244,6 +245,8 @@ PARITY_ENTRIES = [
     "chunk-instead-of-split",       # the right number of microbatches, the wrong sizes
     "serial-waves",                 # call order and concurrency
     "reraise-copy",                 # a copy of the stage's exception, not the stage's own
+    "pipe-retries-timeouts",        # a timed-out stage call submitted again
+    "clock-cycles-cache-skips-checks",  # a cache hit answers clock_cycles(True, 3) after clock_cycles(1, 3)
     "plan-pipeline-no-returning-gradient",  # a factor of 2 in one term of 5.1 (once hidden by a wide tolerance)
     "plan-data-parallel-half-ring",         # (d - 1)/d for 2(d - 1)/d
     "plan-search-memory-below-the-limit",   # < for <= at exactly the memory of a GPU
@@ -319,6 +322,7 @@ BLAME_ENTRIES = [
     "clock-cycles-unsorted-wave",        # the right pairs in each wave, only the stage order wrong
     "plan-activations-every-microbatch",  # estimate wrong (memory), best_plan right
     "one-f-one-b-backward-before-forward",  # an invalid 1F1B, train_step right
+    "balance-returns-numpy-ints",        # the right split as NumPy integers: 2.4-arguments only
 ]
 
 

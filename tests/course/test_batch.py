@@ -133,7 +133,7 @@ def test_misbehaving_students_never_stop_the_batch(tmp_path, monkeypatch):
 
 def test_cells_that_look_like_formulas_are_escaped():
     assert [outcomes.escape_cell(v) for v in ("=1+1", "+1", "-1", "@SUM", "\tx", "ok", 3, 2.5, None)] == [
-        "'=1+1", "'+1", "'-1", "'@SUM", "'\tx", "ok", "3", "2.5", ""
+        "'=1+1", "'+1", "'-1", "'@SUM", "\\tx", "ok", "3", "2.5", ""
     ]
 
 

@@ -25,7 +25,7 @@ problem = "2.1"
 title = "the schedule once more"
 points = 2
 needs = "cpu"
-check = "problem2:schedule"
+check = "problem2.clock_cycles:schedule"
 '''
 
 

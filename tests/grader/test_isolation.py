@@ -91,15 +91,15 @@ def test_a_check_modules_own_preload_reaches_the_forkserver_only():
     checkpointed backward: the forkserver preloads it for them; a check module without it adds nothing."""
     from multiprocessing import forkserver
 
-    import grader.checks.problem2  # noqa: F401 - forkserver_context reads the imported modules
+    import grader.checks.problem2.clock_cycles.observe  # noqa: F401 - forkserver_context reads the imported modules
     import grader.checks.problem4.recompute.observe  # noqa: F401
     from grader.harness import forkserver_context
 
     try:
         forkserver_context(["grader.checks.problem4.recompute.observe"])
         assert "torch.fx.experimental.symbolic_shapes" in forkserver._forkserver._preload_modules
-        forkserver_context(["grader.checks.problem2"])
-        assert forkserver._forkserver._preload_modules == ["torch", "grader.child", "grader.checks.problem2"]
+        forkserver_context(["grader.checks.problem2.clock_cycles.observe"])
+        assert forkserver._forkserver._preload_modules == ["torch", "grader.child", "grader.checks.problem2.clock_cycles.observe"]
     finally:
         forkserver_context([])
 

@@ -6,12 +6,66 @@ import json
 
 import pytest
 
-from grader.protocol import Result, Status, capped, check_envelope, printable, storable
+from grader.protocol import (
+    MAX_REPORT_BYTES,
+    MESSAGE_BYTES,
+    OUTPUT_BYTES,
+    WRITTEN_REPORT_BYTES,
+    Report,
+    Result,
+    Status,
+    as_json,
+    capped,
+    check_envelope,
+    escaped_bytes,
+    one_line,
+    printable,
+    read_json_report,
+    report_text,
+    storable,
+    write_json_report,
+)
+
+# What a child can print or raise that grows when escaped: control characters (six bytes each
+# in JSON), DEL, bidirectional controls (seven once shown as \u202e), a character beyond the
+# BMP (twelve: two \uXXXX escapes), CJK text (six), lone surrogates (made \ud800 first).
+FLOODS = {
+    "control": "\x01\x1b\x07",
+    "delete": "\x7f",
+    "bidirectional": "\u202e\u2066",
+    "beyond the BMP": "\U0001F600",
+    "CJK": "梯度",
+    "lone surrogates": "\ud800",
+    "line breaks": "\n\t\r",
+}
+
+
+def _views(text: str) -> list[int]:
+    """The bytes ``text`` takes in each place it goes: the JSON report, and the terminal, the
+    CSV and Gradescope's JSON (printable or one_line, then JSON)."""
+    return [len(json.dumps(view)) - 2 for view in (text, printable(text), one_line(text))]
 
 
 def test_capped_says_how_much_was_left_out():
     assert capped("abcdef", 6) == "abcdef"
-    assert capped("abcdefgh", 3) == "abc... [5 more characters]"
+    assert capped("abcdefgh" * 10, 40) == "abcdefghabcdefgh... [64 more characters]"
+    assert escaped_bytes(capped("abcdefgh" * 10, 40)) == 40
+
+
+@pytest.mark.parametrize("flood", FLOODS.values(), ids=FLOODS.keys())
+def test_caps_count_bytes_after_escaping(flood):
+    """The cap holds in every view a text reaches, however much it grows when escaped."""
+    text = storable(flood * 100_000, 8_000)
+    assert text.endswith("more characters]")
+    assert max(_views(text)) <= 8_000
+    assert escaped_bytes(text) == max(_views(text)) or flood in ("\x7f", "\n\t\r")  # the widest view, or wider
+    assert len(text) < 8_000
+
+
+@pytest.mark.parametrize("flood", FLOODS.values(), ids=FLOODS.keys())
+def test_a_text_within_its_cap_is_kept_whole(flood):
+    text = flood * 50
+    assert storable(text, 50 * 12 * len(flood)) == text.encode("utf-8", "backslashreplace").decode()
 
 
 def test_storable_escapes_lone_surrogates():
@@ -21,14 +75,61 @@ def test_storable_escapes_lone_surrogates():
 
 
 def test_printable_escapes_control_characters_but_keeps_lines():
-    shown = printable("a\x1b[2Jb\x07c\n\td\r\x9b\u202eé")
-    assert shown == "a\\x1b[2Jb\\x07c\n\td\\r\\x9b\\u202eé"
+    shown = printable("a\x1b[2Jb\x07c\n\td\r\x9b\u202eé\u200f")
+    assert shown == "a\\x1b[2Jb\\x07c\n\td\\r\\x9b\\u202eé\\u200f"
+
+
+def test_one_line_escapes_line_breaks_too():
+    name = "pipeline.py\nTotal                 90/90\r\t\u2028\x1b[2J\u202eyp.evil"
+    shown = one_line(name)
+    assert shown == "pipeline.py\\nTotal                 90/90\\r\\t\\u2028\\x1b[2J\\u202eyp.evil"
+    assert len(shown.splitlines()) == 1
 
 
 def test_results_cap_their_message_and_stay_writable():
     result = Result("2.1-schedule", "2.1", "t", 1, 0, Status.FAILED, "\ud800" + "x" * 20_000, 0.1, output="\udcff")
-    assert result.message.endswith("more characters]") and len(result.message) < 9_000
+    assert result.message.endswith("more characters]") and escaped_bytes(result.message) <= MESSAGE_BYTES
     json.dumps({"m": result.message, "o": result.output}, ensure_ascii=False).encode("utf-8")
+
+
+def _flooded_report(criteria: int, flood: str) -> Report:
+    """A report whose every text is as large as its cap allows, of ``flood`` characters."""
+    report = Report(submission=flood * 100, files={}, environment={}, seed=1, planned=criteria, complete=True)
+    for number in range(criteria):
+        report.results.append(Result(f"9.{number}-x", "9", flood * 1000, 1, 0, Status.FAILED, flood * 20_000, 1.0,
+                                     output=flood * 40_000, details={"own_pieces": {"message": flood * 20_000}}))
+        report.note(flood * 2_000)
+        report.flag(flood * 2_000 + str(number))
+    report.policy_findings = [{"file": "pipeline.py", "line": 1, "name": flood * 2_000, "code": flood * 160}] * 100
+    return report
+
+
+@pytest.mark.parametrize("flood", FLOODS.values(), ids=FLOODS.keys())
+def test_a_flooded_report_stays_under_the_readers_bound_and_reads_back(flood, tmp_path):
+    """As many criteria as the rubric has, each with the largest message and output a child
+    can produce, of characters that grow when escaped: the report is written within the
+    writers' bound and the reader takes it back (a class run records its score)."""
+    from grader.rubric import load_rubric
+
+    report = _flooded_report(len(load_rubric().criteria), flood)
+    path = tmp_path / "report.json"
+    write_json_report(report, path)
+    assert path.stat().st_size <= WRITTEN_REPORT_BYTES < MAX_REPORT_BYTES
+    read = read_json_report(path)
+    assert read is not None and len(read["criteria"]) == len(report.results)
+    assert all(max(_views(c["output"])) <= OUTPUT_BYTES for c in read["criteria"])
+
+
+def test_a_report_too_large_for_its_caps_is_cut_evenly_and_says_so(tmp_path):
+    """Caps per criterion bound what one criterion holds; a rubric with very many criteria
+    still gets a report the reader takes back: the outputs are cut further, evenly."""
+    report = _flooded_report(400, "\x01")
+    text = report_text(as_json(report))
+    assert len(text) <= WRITTEN_REPORT_BYTES
+    data = json.loads(text)
+    assert "this report was too large" in data["notes"][-1]
+    outputs = {len(c["output"]) for c in data["criteria"]}
+    assert len(outputs) == 1 and all(c["message"] for c in data["criteria"])
 
 
 def test_a_well_formed_envelope_keeps_its_fields():

@@ -75,6 +75,7 @@ def test_gradescopes_text_and_score_agree_when_criteria_are_blocked():
 
 # --- What a student sees on Gradescope: only what the rubric's visibility allows (issue 28, item 1) ---
 SECRET = "2.2-backward"
+SECRET_POINTS = next(c.points for c in RUBRIC.criteria if c.id == SECRET)
 NOT_VISIBLE = ("hidden", "after_due_date", "after_published")
 
 
@@ -94,7 +95,7 @@ def class_report(secret: str):
     """2.2-forward passed, 2.1-schedule failed, and the secret criterion "passed", "failed" with
     a message and printed output, or failed with 2.1-schedule's message ("shared": one line for
     both when both are shown); a note and a review reason that name it."""
-    secret = {"passed": result(SECRET, 3, Status.PASSED),
+    secret = {"passed": result(SECRET, SECRET_POINTS, Status.PASSED),
               "failed": result(SECRET, 0, Status.FAILED, "SECRET-MESSAGE: gradients differ", "SECRET-PRINTED\n"),
               "shared": result(SECRET, 0, Status.FAILED, "wave 0: expected submit(0)")}[secret]
     report = report_of([result("2.1-schedule", 0, Status.FAILED, "wave 0: expected submit(0)"),
@@ -122,7 +123,7 @@ def test_a_criterion_a_student_may_not_see_leaves_no_trace_in_gradescopes_top_le
             assert "2.2" in output and "4/4" in next(line for line in output.splitlines() if line.startswith("2.2"))
             assert next(line for line in output.splitlines() if line.startswith("Total")).split()[1] == "4/7"
             assert "2.1-schedule (3 points): failed" in output  # the visible one keeps its own line
-            earned = 3 if secret == "passed" else 0
+            earned = SECRET_POINTS if secret == "passed" else 0
             (test,) = [t for t in results_json["tests"] if t["name"].startswith(SECRET)]
             assert test["visibility"] == visibility and test["score"] == earned
             assert results_json["score"] == 4 + earned  # the grade itself is whole
@@ -135,8 +136,8 @@ def test_a_visible_criterion_is_all_there():
     output = gradescope(class_report("failed"), RUBRIC, 1.0)["output"]
     assert secret_traces(output) == [SECRET, "SECRET-MESSAGE", "SECRET-PRINTED"]  # failure lines carry no title
     shared = gradescope(class_report("shared"), RUBRIC, 1.0)["output"]
-    assert "2.1-schedule, 2.2-backward (6 points): failed: wave 0: expected submit(0)" in shared
-    assert next(line for line in output.splitlines() if line.startswith("2.2")).split()[-1] == "4/7"
+    assert f"2.1-schedule, 2.2-backward ({3 + SECRET_POINTS} points): failed: wave 0: expected submit(0)" in shared
+    assert next(line for line in output.splitlines() if line.startswith("2.2")).split()[-1] == f"4/{4 + SECRET_POINTS}"
 
 
 def test_a_hidden_criterion_worth_points_keeps_gradescopes_total_waiting_for_publication():

@@ -17,7 +17,7 @@ problem = "2.1"
 title = "waves"
 points = 6
 needs = "cpu"
-check = "problem2:schedule"
+check = "problem2.clock_cycles:schedule"
 
 [[criterion]]
 id = "2.2-forward"
@@ -25,7 +25,7 @@ problem = "2.2"
 title = "forward"
 points = 6
 needs = "cpu"
-check = "problem2:forward"
+check = "problem2.pipe_forward:forward"
 timeout = 10
 [criterion.params]
 anything = 1
@@ -52,7 +52,7 @@ def test_good_rubric_defaults_and_params():
 
 
 def test_disabling_a_criterion_or_a_problem():
-    rubric = parse_rubric(GOOD.replace('check = "problem2:forward"', 'check = "problem2:forward"\nenabled = false'))
+    rubric = parse_rubric(GOOD.replace('check = "problem2.pipe_forward:forward"', 'check = "problem2.pipe_forward:forward"\nenabled = false'))
     assert [c.id for c in rubric.active()] == ["2.1-schedule"]
     rubric = parse_rubric(GOOD.replace("disabled_problems = []", 'disabled_problems = ["2.1"]'))
     assert [c.id for c in rubric.active()] == ["2.2-forward"]
@@ -64,15 +64,15 @@ def test_disabling_a_criterion_or_a_problem():
         (("points = 6\nneeds", "points = 0\nneeds"), r"criterion #1 \(2.1-schedule\): points must be a positive number"),
         (("title = \"waves\"", "title = \"waves\"\npoint = 3"), r"2.1-schedule\): unknown key 'point'"),
         (('id = "2.2-forward"\nproblem = "2.2"', 'id = "2.1-schedule"\nproblem = "2.1"'), r"criterion #2: duplicate id '2.1-schedule' \(also criterion #1\)"),
-        (('"problem2:schedule"', '"problem2:nothing"'), r"has no function observe_nothing"),
-        (('"problem2:schedule"', '"nowhere:schedule"'), r"no module grader/checks/nowhere.py"),
+        (('"problem2.clock_cycles:schedule"', '"problem2.clock_cycles:nothing"'), r"has no function observe_nothing"),
+        (('"problem2.clock_cycles:schedule"', '"nowhere:schedule"'), r"no module grader/checks/nowhere.py"),
         (('needs = "cpu"', 'needs = "gpu"'), r"needs must be one of"),
         (("disabled_problems = []", 'disabled_problems = ["7.7"]'), r"disabled_problems names '7.7'"),
         (("timeout = 10", "timeout = -1"), r"2.2-forward\): timeout must be a positive number"),
         (('id = "2.2-forward"', 'id = "forward"'), r"id must be"),
         (("[grader]", "[grader]\nmemory = 5"), r"\[grader\] has unknown key 'memory'"),
         (("[grader]", "[grader\n"), r"not valid TOML"),
-        (('check = "problem2:forward"', 'check = "problem2:forward"\nvisibility = "after_due"'),
+        (('check = "problem2.pipe_forward:forward"', 'check = "problem2.pipe_forward:forward"\nvisibility = "after_due"'),
          r"2.2-forward\): visibility must be one of 'visible', 'hidden', 'after_due_date', 'after_published', got 'after_due'"),
         (("[grader]", "[gradescope]\nbudget = 0\n[grader]"), r"\[gradescope\] budget must be a positive number of seconds"),
         (("[grader]", "[gradescope]\nbudgets = 300\n[grader]"), r"\[gradescope\] has unknown key 'budgets'"),
@@ -86,7 +86,7 @@ def test_mistakes_name_entry_and_field(edit, message):
 
 
 def test_gradescope_visibility_and_budget(tmp_path):
-    rubric = parse_rubric(GOOD.replace('check = "problem2:forward"', 'check = "problem2:forward"\nvisibility = "after_due_date"'))
+    rubric = parse_rubric(GOOD.replace('check = "problem2.pipe_forward:forward"', 'check = "problem2.pipe_forward:forward"\nvisibility = "after_due_date"'))
     assert [c.visibility for c in rubric.criteria] == ["visible", "after_due_date"]
     assert rubric.gradescope_budget == DEFAULT_GRADESCOPE_BUDGET
     path = tmp_path / "rubric.toml"

@@ -80,7 +80,7 @@ def test_no_answer_key_inside(autograder_zip):
     regions = [region for region in regions if len(region.strip().splitlines()) > 1]
     assert len(regions) > 20
     with zipfile.ZipFile(autograder_zip) as archive:
-        # grader/checks/problem2.py is a check module, not a student file: look in minitorch/.
+        # grader/checks/problem2/ holds check modules, not student files: look in minitorch/.
         assert not [n for n in archive.namelist() if Path(n).parent.name == "minitorch" and Path(n).name in handout.STUDENT_FILES]
         for name in archive.namelist():
             text = archive.read(name).decode(errors="replace")

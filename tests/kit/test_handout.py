@@ -126,14 +126,14 @@ def test_points_tables_come_from_the_grader_s_own_rubric_parser(tmp_path):
         title = "first"
         points = 3
         needs = "cpu"
-        check = "problem2:schedule"
+        check = "problem2.clock_cycles:schedule"
         [[criterion]]
         id = "9.1-b"
         problem = "9.1"
         title = "second"
         points = 2
         needs = "cpu"
-        check = "problem2:errors"
+        check = "problem2.clock_cycles:errors"
         enabled = false
         [[criterion]]
         id = "9.2-fast"
@@ -141,14 +141,14 @@ def test_points_tables_come_from_the_grader_s_own_rubric_parser(tmp_path):
         title = "timed"
         points = 5
         needs = "cuda2"
-        check = "performance:speedup"
+        check = "problem2.speedup:speedup"
         [[criterion]]
         id = "9.3-smoke"
         problem = "9.3"
         title = "one GPU"
         points = 1
         needs = "cuda1"
-        check = "performance:speedup"
+        check = "problem2.speedup:speedup"
         """))
     criteria = writeup.read_criteria(rubric)
     assert [c.id for c in criteria] == ["9.1-a", "9.2-fast", "9.3-smoke"]  # disabled criteria are not listed
@@ -165,7 +165,7 @@ def test_the_review_list_comes_from_the_rubrics_policy(tmp_path):
     rubric = tmp_path / "rubric.toml"
     rubric.write_text('[policy]\nforbidden = ["inspect", ".__wrapped__"]\n'
                       '[[criterion]]\nid = "9.1-a"\nproblem = "9.1"\ntitle = "t"\npoints = 3\nneeds = "cpu"\n'
-                      'check = "problem2:schedule"\n')
+                      'check = "problem2.clock_cycles:schedule"\n')
     template = tmp_path / "README.md.in"
     template.write_text("flagged: {{policy_forbidden}}\n")
     assert writeup.render(template, rubric) == "flagged: `inspect`, `.__wrapped__`\n"

@@ -8,8 +8,8 @@ catches (the write-up lists them next to each criterion).
 import itertools
 import threading
 import time
-import tracemalloc
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -72,11 +72,18 @@ def test_one_stage_is_one_microbatch_per_wave():
     check_waves("clock_cycles(4, 1)", list(clock_cycles(4, 1)), [[(0, 0)], [(1, 0)], [(2, 0)], [(3, 0)]])
 
 
+# Each bad call after a valid call equal to it (True == 1 and 2.0 == 2, hashes included), where there is one.
+BAD_SCHEDULE_CALLS = [(-1, 3, None), (3, 0, None), (3, -2, None), (0, -1, None), (True, 3, (1, 3)), (False, 2, (0, 2)),
+                      (3, 2.0, (3, 2)), (np.float64(2.0), 3, (2, 3)), ("3", 3, None), (3, None, None)]
+
+
 @pytest.mark.problem_2_1
 @pytest.mark.criterion("2.1-errors")
-@pytest.mark.parametrize("num_microbatches, num_stages", [(-1, 3), (3, 0), (3, -2), (0, -1), (True, 3), (3, 2.0), ("3", 3)])
-def test_bad_arguments_raise_value_error(num_microbatches, num_stages):
+@pytest.mark.parametrize("num_microbatches, num_stages, twin", BAD_SCHEDULE_CALLS)
+def test_bad_arguments_raise_value_error(num_microbatches, num_stages, twin):
     call = f"clock_cycles({num_microbatches!r}, {num_stages!r})"
+    if twin is not None:
+        list(clock_cycles(*twin))  # a call with equal arguments first: each call is checked on its own
     try:
         # at the call (checked first) or on the first next (a generator function): both are right
         first = next(iter(clock_cycles(num_microbatches, num_stages)), "nothing")
@@ -84,7 +91,21 @@ def test_bad_arguments_raise_value_error(num_microbatches, num_stages):
         return
     except Exception as error:  # noqa: BLE001 - named in the message
         pytest.fail(f"contract (Raises): {call} raised {type(error).__name__}: {error}; expected ValueError")
-    pytest.fail(f"contract (Raises): {call} yielded {first!r}; expected ValueError (not an int, M < 0 or K < 1)")
+    after = f" (right after clock_cycles{twin}, equal to it)" if twin else ""
+    pytest.fail(f"contract (Raises): {call}{after} yielded {first!r}; expected ValueError (not an int, M < 0 or K < 1)")
+
+
+@pytest.mark.problem_2_1
+@pytest.mark.criterion("2.1-errors")
+def test_numpy_integers_are_ints():
+    try:
+        waves = list(clock_cycles(np.int64(3), np.int32(3)))
+    except ValueError as error:
+        pytest.fail(f"contract (Args): clock_cycles(np.int64(3), np.int32(3)) raised ValueError: {error}; NumPy integers "
+                    "are ints to the contract")
+    check_waves("clock_cycles(np.int64(3), np.int32(3))", waves, LECTURE_3_3)
+    kinds = sorted({type(number).__name__ for wave in waves for pair in wave for number in pair})
+    assert kinds == ["int"], f"contract (Yields): clock_cycles(np.int64(3), np.int32(3)) yielded pairs of {kinds}; expected Python ints"
 
 
 @pytest.mark.problem_2_1
@@ -99,30 +120,46 @@ def test_a_generator_that_yields_a_new_list_per_wave():
     assert waves[:1] == [[(0, 0)]] and waves[-1:] == [[(2, 2)]], (
         f"contract (Yields): clock_cycles(3, 3) yielded {waves}; expected [(0, 0)] first and [(2, 2)] last"
     )
+    kinds = sorted({f"{type(wave).__name__} of {type(pair).__name__}s of {type(n).__name__}" for wave in waves
+                    for pair in wave for n in pair})
+    assert kinds == ["list of tuples of int"], f"contract (Yields): clock_cycles(3, 3) yielded a {', '.join(kinds)}; expected a list of tuples of int"
+
+
+def first_wave_seconds(m, k):
+    """CPU seconds until ``clock_cycles(m, k)`` hands out its first wave (CPU time, not wall time:
+    a busy machine hardly changes it)."""
+    started = time.process_time()
+    next(iter(clock_cycles(m, k)))
+    return time.process_time() - started
 
 
 @pytest.mark.problem_2_1
 @pytest.mark.criterion("2.1-generator")
-def test_lazy_and_new_lists_on_every_call():
-    # Memory, not time: 400 x 400 = 160,000 pairs are over 10 MB when every wave is built first;
-    # wave 0 alone is one pair (a busy machine changes the time, not the memory)
-    tracing_before = tracemalloc.is_tracing()
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        before = tracemalloc.get_traced_memory()[0]
-        first = next(iter(clock_cycles(400, 400)))
-        allocated = tracemalloc.get_traced_memory()[1] - before
-    finally:
-        if not tracing_before:
-            tracemalloc.stop()
-    assert allocated < 1_000_000, (
-        f"contract (Guarantees): clock_cycles(400, 400) allocated {allocated / 1e6:.1f} MB before it yielded its "
-        f"first wave {first}: every wave was computed before the first was handed out"
+def test_the_work_before_the_first_wave_grows_with_m_plus_k_not_m_times_k():
+    # (2048, 1) and (1, 2048) hold as many microbatches and stages as (2048, 2048), a thousandth of
+    # its pairs; every size is called once, so nothing an earlier call kept hides the work.
+    lopsided = min(map(first_wave_seconds, (2048, 2049), (1, 1))) + min(map(first_wave_seconds, (1, 1), (2048, 2049)))
+    square = min(map(first_wave_seconds, (2048, 2047, 2049), (2048, 2049, 2047)))
+    assert square <= max(20 * lopsided, 2e-3), (
+        f"contract (Guarantees): clock_cycles(2048, 2048) took {square * 1e3:.1f} ms of CPU time before its first wave, "
+        f"(2048, 1) and (1, 2048) together {lopsided * 1e3:.2f} ms: its work grows with M * K, so pairs of every wave "
+        "were computed before the first was handed out. A generator computes each wave when it is asked for"
     )
-    once, twice = list(clock_cycles(3, 3)), list(clock_cycles(3, 3))
-    assert all(type(wave) is list for wave in once), f"contract (Yields): each wave is a list; got {once}"
+
+
+@pytest.mark.problem_2_1
+@pytest.mark.criterion("2.1-generator")
+def test_new_lists_on_every_call_that_the_caller_may_change():
+    once = list(clock_cycles(3, 3))
+    yielded = [list(wave) for wave in once]
+    for wave in once:
+        wave.append((-1, -1))  # the caller's to change
+    twice = list(clock_cycles(3, 3))
     assert not any(a is b for a in once for b in twice), "contract (Yields): two calls yielded the same list objects"
+    assert twice == yielded, (
+        f"contract (Guarantees): after the caller appended (-1, -1) to every wave of clock_cycles(3, 3), the next call "
+        f"yielded {twice}: waves kept across calls hand one caller's changes to the next"
+    )
 
 
 @pytest.mark.problem_2_1
@@ -239,11 +276,14 @@ def test_microbatches_have_split_size_rows(pipe_factory, batch, split_size, size
     pipe(torch.arange(batch, dtype=torch.float64).unsqueeze(1))
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     for j in range(2):
-        assert [rows for stage, _, rows in log if stage == j] == sizes, (
-            f"stage {j}: split_size={split_size} is the number of ROWS per microbatch (torch.split), "
-            f"so a batch of {batch} rows gives microbatches of {sizes} rows"
+        ran = [(first, rows) for stage, first, rows in log if stage == j]
+        expected = list(zip(starts, sizes))
+        assert ran == expected, (
+            f"contract (Args: split_size): {batch} rows at split_size={split_size}: stage {j} ran the microbatches "
+            f"(first row, rows) {ran}; expected {expected}: split_size rows each (torch.split), each microbatch once, "
+            "in order" + (" (a callable that reads i and j when it runs, not when it is made, runs some microbatches "
+                          "twice and others never)" if len(set(ran)) < len(ran) or len(ran) != len(expected) else "")
         )
-        assert [first for stage, first, _ in log if stage == j] == starts, f"stage {j} ran the microbatches out of order"
 
 
 WAVES_3_3 = [  # the write-up's table for M = K = 3, wave by wave
@@ -293,13 +333,12 @@ def test_pipe_repeated_calls_with_different_inputs(pipe_factory):
 
 @pytest.mark.problem_2_2
 @pytest.mark.criterion("2.2-forward")
-def test_pipe_does_not_mutate_input_and_registers_parameters(pipe_factory):
+def test_pipe_registers_the_stages_parameters(pipe_factory):
     stages = make_stages(2)
     pipe = pipe_factory(stages, 2)
     x = torch.randn(5, 6)
-    before = x.clone()
-    pipe(x)
-    assert torch.equal(x, before), "contract (Guarantees): 2 stages, 5 rows: forward changed the caller's x in place"
+    torch.testing.assert_close(pipe(x), run_sequentially(stages, x), rtol=RTOL, atol=ATOL,
+                               msg=lambda m: f"contract (Returns): 2 stages, 5 rows: not the stages run in sequence: {m}")
     expected = sum(len(list(s.parameters())) for s in stages)
     assert len(list(pipe.parameters())) == expected, (
         f"Pipe(2 stages).parameters() holds {len(list(pipe.parameters()))} tensors; expected the stages' {expected} "
@@ -408,6 +447,7 @@ def test_stage_exception_reaches_caller_and_pipe_is_reusable(pipe_factory):
     torch.manual_seed(0)
     stages = [nn.Linear(6, 6), FailsOnce(), nn.Linear(6, 6)]
     pipe = pipe_factory(stages, 2)
+    workers = pipe.workers
     caught = raised_by(lambda: pipe(torch.randn(6, 6)), StageFailure, "3 stages, 6 rows at split_size 2, stage 1 "
                        "raises on microbatch 1")
     assert caught is stages[1].raised, (
@@ -419,6 +459,7 @@ def test_stage_exception_reaches_caller_and_pipe_is_reusable(pipe_factory):
                                msg=lambda m: "the call after the failed one is not the stages run in sequence "
                                              f"({m}); a result of the failed call's wave left in the workers does "
                                              "this: receive the rest of the wave before raising")
+    assert pipe.workers is workers, "contract (Guarantees): after an error the Pipe runs on new workers: self.workers serves every call"
 
 
 @pytest.mark.problem_2_2
@@ -512,7 +553,7 @@ FORWARD_KINDS = {
     "4-D batch": lambda: ([Flatten(), Flatten()], torch.randn(7, 2, 1, 3)),
     "float32 and one row": lambda: (make_stages(2), torch.randn(1, 6, dtype=torch.float32)),
     "float64": lambda: ([stage.double() for stage in make_stages(3)], torch.randn(7, 6, dtype=torch.float64)),
-    "non-contiguous batch": lambda: (make_stages(2), torch.randn(6, 7).t()[:, :6].t().contiguous().t()),
+    "bfloat16": lambda: ([stage.to(torch.bfloat16) for stage in make_stages(2)], torch.randn(5, 6, dtype=torch.bfloat16)),
     "frozen stage": lambda: ([make_stages(1)[0].requires_grad_(False), *make_stages(1, seed=1)], torch.randn(7, 6)),
     "tuple of stages": lambda: (tuple(make_stages(2)), torch.randn(7, 6)),
     "ModuleList of stages": lambda: (nn.ModuleList(make_stages(3)), torch.randn(7, 6)),
@@ -525,23 +566,126 @@ FORWARD_KINDS = {
 def test_pipe_matches_sequential_across_the_contract(pipe_factory, kind):
     stages, x = FORWARD_KINDS[kind]()
     pipe = pipe_factory(stages, 2)
+    rtol, atol = (2e-2, 2e-2) if x.dtype == torch.bfloat16 else (RTOL, ATOL)  # other batch sizes round otherwise
     for call, batch in enumerate((x, x[: max(1, x.shape[0] - 2)]), start=1):  # the second call: another size
-        torch.testing.assert_close(pipe(batch), run_sequentially(list(stages), batch), rtol=RTOL, atol=ATOL,
+        torch.testing.assert_close(pipe(batch), run_sequentially(list(stages), batch), rtol=rtol, atol=atol,
                                    msg=lambda m: f"contract (Returns): {kind}, call {call}: not the stages run in sequence: {m}")
+
+
+INPUT_KINDS = {  # (rows, split_size, requires_grad, under no_grad)
+    "a batch": (5, 2, False, False), "a batch that requires grad": (5, 2, True, False),
+    "one microbatch": (4, 8, False, False), "one microbatch that requires grad": (4, 8, True, False),
+    "a batch that requires grad, under no_grad": (6, 2, True, True),
+}
 
 
 @pytest.mark.problem_2_2
 @pytest.mark.criterion("2.2-input-unchanged")
-@pytest.mark.parametrize("requires_grad", [False, True])
-def test_the_callers_input_is_left_as_it_was(pipe_factory, requires_grad):
-    pipe = pipe_factory(make_stages(2), 2)
-    x = torch.randn(5, 6).requires_grad_(requires_grad)
+@pytest.mark.parametrize("kind", sorted(INPUT_KINDS))
+def test_the_callers_input_is_left_as_it_was(pipe_factory, kind):
+    rows, split_size, requires_grad, no_grad = INPUT_KINDS[kind]
+    pipe = pipe_factory(make_stages(2), split_size)
+    x = torch.randn(rows, 6).requires_grad_(requires_grad)
     before = x.detach().clone()
-    pipe(x)
-    assert x.requires_grad == requires_grad, (
-        f"contract (Guarantees): the caller's x had requires_grad={requires_grad}; after the forward it is {x.requires_grad}"
+    with torch.no_grad() if no_grad else torch.enable_grad():
+        pipe(x)
+    assert torch.equal(x.detach(), before), f"contract (Guarantees): {kind}: forward changed the caller's x in place"
+    assert x.requires_grad == requires_grad and x.grad_fn is None, (
+        f"contract (Guarantees): {kind}: the caller's x had requires_grad={requires_grad}; after the forward it has "
+        f"requires_grad={x.requires_grad}" + (" and is part of an autograd graph" if x.grad_fn is not None else "")
     )
-    assert torch.equal(x.detach(), before), "contract (Guarantees): forward changed the caller's x in place"
+    assert x.grad is None, f"contract (Guarantees): {kind}: after a forward alone (no backward) the caller's x has a .grad"
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-input-unchanged")
+@pytest.mark.parametrize("shape", [(6, 6), (5, 2, 3)])
+def test_a_batch_that_is_not_contiguous(pipe_factory, shape):
+    stages = [Flatten(), Flatten()]
+    pipe = pipe_factory(stages, 2)
+    x = torch.randn(*shape).transpose(0, -1).contiguous().transpose(0, -1)  # the same shape, rows apart in memory
+    try:
+        out = pipe(x)
+    except Exception as error:  # noqa: BLE001 - named in the message
+        pytest.fail(f"contract (Args): a batch of shape {list(shape)} that is not contiguous: the forward raised "
+                    f"{type(error).__name__}: {error} (.view() needs contiguous memory; .reshape() does not)")
+    torch.testing.assert_close(out, run_sequentially(stages, x), rtol=RTOL, atol=ATOL, msg=lambda m: (
+        f"contract (Args): a batch of shape {list(shape)} that is not contiguous: not the stages run in sequence: {m}"))
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-backward")
+def test_gradients_of_two_backwards_add_up(pipe_factory):
+    stages, reference = make_stages(2, seed=3), make_stages(2, seed=3)
+    pipe = pipe_factory(stages, 2)
+    x, x_reference = torch.randn(5, 6).requires_grad_(), None
+    x_reference = x.detach().clone().requires_grad_()
+    for _ in range(2):  # no zero_grad in between: gradients accumulate, as for the stages run in sequence
+        pipe(x).square().sum().backward()
+        run_sequentially(reference, x_reference).square().sum().backward()
+    torch.testing.assert_close(x.grad, x_reference.grad, rtol=RTOL, atol=ATOL, msg=lambda m: (
+        f"contract (Returns): two forwards and backwards on the same batch: x.grad is not the sum of both: {m}"))
+    for index, (ours, theirs) in enumerate(zip(pipe.parameters(), (p for s in reference for p in s.parameters()))):
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=RTOL, atol=ATOL, msg=lambda m: (
+            f"contract (Returns): two backwards: the gradient of parameter {index} is not the sum of both: {m}"))
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-backward")
+def test_frozen_stages_need_no_gradient_but_pass_one_to_the_input(pipe_factory):
+    stages = [stage.requires_grad_(False) for stage in make_stages(2)]
+    pipe = pipe_factory(stages, 2)
+    out = pipe(torch.randn(5, 6))
+    assert not out.requires_grad, ("contract (Returns): every stage frozen, a batch without requires_grad: the output "
+                                   "requires grad; the stages run in sequence give one that does not")
+    x = torch.randn(5, 6, requires_grad=True)
+    pipe(x).sum().backward()
+    expected = torch.autograd.grad(run_sequentially(stages, x).sum(), x)[0]
+    assert x.grad is not None, "contract (Returns): every stage frozen: x.grad is None; the gradient must reach x"
+    torch.testing.assert_close(x.grad, expected, rtol=RTOL, atol=ATOL, msg=lambda m: f"every stage frozen: x.grad: {m}")
+
+
+class HeldOnce(nn.Module):
+    """Adds 1; on a microbatch whose first row holds ``row`` it first waits, once, until ``release``
+    is set (a stage that hangs)."""
+
+    def __init__(self, row):
+        super().__init__()
+        self.row, self.release = row, threading.Event()
+
+    def forward(self, x):
+        if x[0, 0] == self.row and not self.release.is_set():
+            self.release.wait(5)
+        return x + 1
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-exceptions", "2.2-exception-unchanged")
+def test_a_timeout_reaches_the_caller_and_the_pipe_works_again_on_the_same_workers(pipe_factory):
+    held = HeldOnce(row=3)  # stage 1's microbatch 1 (rows 2, 3 plus 1), alone in the last wave: any more submits retry
+    pipe = pipe_factory([Sleeps(0), held], 2, timeout=0.5)
+    workers, events = pipe.workers, []
+    try:
+        with runtime.observe(events.append):
+            result = pipe(torch.arange(4.0).unsqueeze(1))
+    except TimeoutError:
+        pass
+    except Exception as error:  # noqa: BLE001 - named in the message
+        pytest.fail(f"contract (Args: timeout): stage 1 did not finish within timeout=0.5: the caller got "
+                    f"{type(error).__name__}: {error}; expected the TimeoutError of StageWorkers.receive")
+    else:
+        pytest.fail(f"contract (Args: timeout): stage 1 did not finish within timeout=0.5, yet forward returned "
+                    f"{result.flatten().tolist()}: the TimeoutError must reach the caller (not swallowed, not retried)")
+    finally:
+        held.release.set()
+    submits = [event.stage for event in events if event.kind == "submit"]
+    assert submits == [0, 0, 1, 1], (f"contract (Args: timeout): the Pipe submitted to the stages {submits} before the "
+                                     "TimeoutError reached the caller; expected the schedule's [0, 0, 1, 1]: a timed-out "
+                                     "call is not retried")
+    x = torch.arange(4.0).unsqueeze(1) + 10
+    torch.testing.assert_close(pipe(x), x + 2, msg=lambda m: f"after a timeout the next forward is wrong: {m}")
+    assert pipe.workers is workers, ("contract (Guarantees): after a timeout the Pipe runs on new workers: self.workers "
+                                     "serves every call until close()")
 
 
 class Interrupt(BaseException):
@@ -564,7 +708,7 @@ class FailsOn(nn.Module):
 
 
 @pytest.mark.problem_2_2
-@pytest.mark.criterion("2.2-exceptions")
+@pytest.mark.criterion("2.2-base-exception")
 def test_a_base_exception_mid_wave_reaches_the_caller_and_the_pipe_still_works(pipe_factory):
     # 3 stages, 3 microbatches; stage 1 fails on microbatch 2, in wave 3 with (1, 2) still to take back
     stages = [FailsOn(-1, StageFailure), FailsOn(2, Interrupt), FailsOn(-1, StageFailure)]
@@ -607,13 +751,16 @@ def least_slowest_stage(costs, num_stages):
 
 
 def check_split(costs, num_stages, sizes):
+    """``sizes`` is an optimal split of ``costs`` (its values: their types are 2.4-arguments')."""
     call = f"balance_stages({costs}, {num_stages})"
-    assert isinstance(sizes, list) and all(type(n) is int for n in sizes), f"contract (Returns): {call} returned {sizes!r}; expected a list of ints"
+    assert isinstance(sizes, (list, tuple)) and all(int(n) == n for n in sizes), (
+        f"contract (Returns): {call} returned {sizes!r}; expected a list of ints")
+    sizes = [int(n) for n in sizes]
     assert len(sizes) == num_stages and min(sizes) >= 1 and sum(sizes) == len(costs), (
         f"contract (Returns): {call} returned {sizes}; expected {num_stages} stages of at least one layer, {len(costs)} in all"
     )
     least = least_slowest_stage(costs, num_stages)
-    assert slowest_stage(costs, sizes) <= least + 1e-9 * max(1.0, sum(costs)), (
+    assert slowest_stage(costs, sizes) <= least + 1e-9 * max(abs(least), sum(costs)), (
         f"contract (Returns): {call} returned {sizes}, whose slowest stage costs {slowest_stage(costs, sizes):.6g}; "
         f"the least possible is {least:.6g}"
     )
@@ -625,6 +772,7 @@ def test_the_lectures_output_layer():
     costs = [1] * 7 + [3.3]
     check_split(costs, 4, balance_stages(costs, 4))
     check_split(costs, 2, balance_stages(costs, 2))
+    check_split(costs[::-1], 4, balance_stages(costs[::-1], 4))  # the same sizes, another answer
 
 
 @pytest.mark.problem_2_4
@@ -635,12 +783,45 @@ def test_the_least_slowest_stage(costs, data):
     check_split(costs, num_stages, balance_stages(costs, num_stages))
 
 
+BALANCE_EDGES = {  # (costs, num_stages)
+    "one layer": ([5], 1), "a stage per layer": ([2.5, 0, 0, 7], 4), "all zeros": ([0, 0, 0, 0], 2),
+    "all equal (ties)": ([2] * 9, 4), "integer-valued floats": ([3.0, 1.0, 2.0, 2.0, 4.0], 3),
+    "FLOPs": ([c * 2.54e12 for c in (1, 1, 1, 1, 1, 1, 1, 3.3)], 3), "seconds": ([c * 1e-6 for c in (3, 1, 4, 1, 5, 9)], 4),
+    "huge ints": ([10**20, 1, 10**20 + 7, 3, 10**19], 3), "one layer far larger": ([1e-3] * 4 + [1e9] + [1e-3] * 4, 3),
+}
+
+
+@pytest.mark.problem_2_4
+@pytest.mark.criterion("2.4-balance")
+@pytest.mark.parametrize("kind", sorted(BALANCE_EDGES))
+def test_edges_and_costs_of_other_scales(kind):
+    costs, num_stages = BALANCE_EDGES[kind]
+    check_split(costs, num_stages, balance_stages(list(costs), num_stages))
+
+
+@pytest.mark.problem_2_4
+@pytest.mark.criterion("2.4-balance")
+def test_the_largest_sizes_are_fast():
+    costs = [0.1 * (i % 7) + 1 for i in range(64)]
+    started = time.process_time()
+    sizes = balance_stages(costs, 16)
+    seconds = time.process_time() - started
+    assert len(sizes) == 16 and sum(sizes) == 64, f"contract (Returns): 64 layers on 16 stages gave {sizes}"
+    assert seconds < 5, f"contract: 64 layers on 16 stages took {seconds:.1f} s of CPU time; an exact polynomial method takes milliseconds"
+
+
+BAD_BALANCE_CALLS = [([], 1, None), ([1, -1], 1, None), ([1, float("nan")], 1, None), ([1, float("inf")], 1, None),
+                     (["1"], 1, None), ([1, True, 2], 2, ([1, 1, 2], 2)), ([1, None], 1, None), ([1, 2], 0, None),
+                     ([1, 2], 3, None), ([1, 2], True, ([1, 2], 1)), ([1, 2], 2.0, ([1, 2], 2))]
+
+
 @pytest.mark.problem_2_4
 @pytest.mark.criterion("2.4-arguments")
-@pytest.mark.parametrize("costs, num_stages", [([], 1), ([1, -1], 1), ([1, float("nan")], 1), (["1"], 1),
-                                               ([1, 2], 0), ([1, 2], 3), ([1, 2], True), ([1, 2], 2.0)])
-def test_bad_arguments_raise_value_error_at_the_call(costs, num_stages):
+@pytest.mark.parametrize("costs, num_stages, twin", BAD_BALANCE_CALLS)
+def test_bad_arguments_raise_value_error_at_the_call(costs, num_stages, twin):
     call = f"balance_stages({costs!r}, {num_stages!r})"
+    if twin is not None:
+        balance_stages(*twin)  # a call with equal arguments first: each call is checked on its own
     try:
         result = balance_stages(costs, num_stages)
     except ValueError:
@@ -650,10 +831,41 @@ def test_bad_arguments_raise_value_error_at_the_call(costs, num_stages):
     pytest.fail(f"contract (Raises): {call} returned {result!r}; expected ValueError")
 
 
+ADMITTED_COSTS = {  # what the contract admits besides a list of Python numbers: (costs as passed, num_stages, as a list)
+    "a tuple": (lambda: (tuple([1] * 7 + [3.3]), 4), [1] * 7 + [3.3]),
+    "a generator": (lambda: ((c for c in [2, 7, 1, 8, 2, 8]), 3), [2, 7, 1, 8, 2, 8]),
+    "a numpy float64 array": (lambda: (np.array([0.5, 3.25, 1, 2, 4.5]), 2), [0.5, 3.25, 1, 2, 4.5]),
+    "a numpy int64 array": (lambda: (np.array([3, 1, 4, 1, 5, 9, 2, 6]), 3), [3, 1, 4, 1, 5, 9, 2, 6]),
+    "numpy.int64 stages": (lambda: ([4, 4, 1, 1, 1, 1], np.int64(2)), [4, 4, 1, 1, 1, 1]),
+}
+
+
 @pytest.mark.problem_2_4
 @pytest.mark.criterion("2.4-arguments")
-def test_the_callers_costs_are_left_as_they_were():
+@pytest.mark.parametrize("kind", sorted(ADMITTED_COSTS))
+def test_every_kind_of_costs_the_contract_admits(kind):
+    make, costs = ADMITTED_COSTS[kind]
+    given, num_stages = make()
+    try:
+        sizes = balance_stages(given, num_stages)
+    except Exception as error:  # noqa: BLE001 - named in the message
+        pytest.fail(f"contract (Args): {kind}: balance_stages raised {type(error).__name__}: {error}; the contract admits it")
+    check_split(costs, int(num_stages), sizes)
+    kinds = sorted({type(n).__name__ for n in sizes})
+    assert type(sizes) is list and kinds == ["int"], (
+        f"contract (Returns): {kind}: balance_stages returned a {type(sizes).__name__} of {kinds}; expected a list of Python ints")
+
+
+@pytest.mark.problem_2_4
+@pytest.mark.criterion("2.4-arguments")
+def test_the_callers_costs_are_left_as_they_were_and_every_result_is_new():
     costs = [3.0, 1.0, 2.0, 5.0, 0.5]
     sizes = balance_stages(costs, 3)
     assert costs == [3.0, 1.0, 2.0, 5.0, 0.5], f"contract (Args): balance_stages changed the caller's costs to {costs}"
-    assert sizes is not costs and isinstance(sizes, list), "contract (Returns): a new list"
+    assert sizes is not costs and type(sizes) is list, "contract (Returns): a new list"
+    right = list(sizes)
+    sizes.append(99)  # the caller's to change
+    again = balance_stages(list(costs), 3)
+    assert again is not sizes and again == right, (
+        f"contract (Returns): a second equal call returned {again}{' (the same list object)' if again is sizes else ''}; "
+        f"expected a new list {right}: the caller changed the first result")

@@ -1,13 +1,14 @@
-"""Problem 2.3's judge (parent side) on synthetic observations, and the one-GPU smoke rubric.
+"""Problem 2.3's judge (grader/checks/problem2/speedup/judge.py) on synthetic observations, and the one-GPU smoke rubric.
 
 The observe side needs CUDA GPUs and cannot run here; see scripts/ and README for the GPU run.
 """
 import pytest
 
-from grader.checks import Fail
-from grader.checks.performance import FULL, judge_speedup
+from grader.checks.judging import Fail
+from grader.checks.problem2.speedup.judge import judge_speedup
 from grader.layout import DEFAULT_RUBRIC
 from grader.rubric import load_rubric
+from minitorch.workload import FULL
 
 
 def expected_calls(num_microbatches):
@@ -78,3 +79,40 @@ def test_judge_details_reach_the_json_report():
                     message=message, seconds=1.0, details=details)
     report = as_json(Report(submission="x", files={}, environment={}, seed=0, planned=1, results=[result]))
     assert report["criteria"][0]["details"]["timing"]["ratios"] == [1.05] * 5
+
+
+def test_another_update_than_the_baseline_fails_saying_so():
+    with pytest.raises(Fail, match="computed another update than the stages run one after the other"):
+        judge_speedup(0, {}, {"smoke": False, "workload": FULL, "mismatch": "after a timed pair the Pipe's parameters differ"})
+
+
+def test_the_child_side_records_the_timed_calls_and_a_mismatch_on_a_cpu(monkeypatch):
+    """observe_speedup without GPUs: the workload's timing replaced by one forward of the student's Pipe on
+    CPU stages (what the timing runs), so the recorded calls, the pieces and a mismatch can be checked here."""
+    from grader.checks.problem2.pieces import grader_clock_cycles
+    from grader.checks.problem2.speedup import observe
+    from minitorch import pipeline
+    from minitorch.timing import PairedTiming
+    from minitorch.workload import SMOKE, StepMismatch
+
+    monkeypatch.setattr(pipeline, "clock_cycles", pipeline.clock_cycles)
+    seen = {}
+
+    def timed(pipe_class, devices, size, seed):
+        import torch
+
+        seen["clock_cycles"] = pipeline.clock_cycles
+        with pipe_class([torch.nn.Identity(), torch.nn.Identity()], ["cpu", "cpu"], size["split_size"]) as pipe:
+            pipe(torch.zeros(size["rows"], 1))
+        if seen.get("mismatch"):
+            raise StepMismatch("the parameters differ")
+        return PairedTiming(ratios=[1.2] * 5, attempts=1, conclusive=True)
+
+    monkeypatch.setattr(observe, "time_training_step", timed)
+    found = observe.observe_speedup(0, {"smoke": True, "pieces": "grader"})
+    assert seen["clock_cycles"] is grader_clock_cycles and found["workload"] == SMOKE
+    assert found["calls"][:4] == [("submit", 0), ("receive", 0), ("submit", 0), ("submit", 1)]
+    judge_speedup(0, {}, found)  # a smoke run is never judged
+    seen["mismatch"] = True
+    with pytest.raises(Fail, match="computed another update"):
+        judge_speedup(0, {}, observe.observe_speedup(0, {"smoke": False}))

@@ -1,0 +1,145 @@
+"""2.2-exceptions, 2.2-exception-unchanged and 2.2-base-exception, child side: one grader stage
+raises on one microbatch (or takes longer than the Pipe's timeout); recorded are what reached the
+caller, what ran before it did, the next forward on a good batch, the workers that served it, and
+the threads left after ``close()``. Judged in ``judge.py``."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from grader.checks.problem2.pieces import student_pipeline
+from grader.checks.problem2.pipe_errors.cases import GOOD_BATCH, KINDS, TAGS, TIMEOUT_CASE
+from grader.checks.problem2.recorded import error_message, error_text
+from grader.checks.problem2.stages import build_stages, make_batch
+from grader.checks.recording import student_tensor, trusted
+
+THREAD_WAIT = 2.0  # seconds the stage threads get to end after close()
+_threads = threading.enumerate  # as it was before any student code
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and what it carries (its cause or context, and theirs), at most 20 deep."""
+    found: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None and len(found) < 20 and link not in found:
+        found.append(link)
+        link = link.__cause__ or link.__context__
+    return found
+
+
+def _caught(pipe, x, own: list) -> dict:
+    """What ``pipe(x)`` let reach the caller: nothing, or an exception (its type, message, whether
+    it is one of ``own``, whether it carries one, whether it is or carries a TimeoutError)."""
+    try:
+        pipe(x)
+    except NotImplementedError:
+        raise
+    except BaseException as error:  # noqa: BLE001 - what reached the caller is graded
+        chain = _chain(error)
+        return {"raised": True, "type": type(error).__qualname__, "message": error_message(error, 500),
+                "same_object": any(error is mine for mine in own), "carries": any(e is mine for e in chain for mine in own),
+                "timeout": any(isinstance(e, TimeoutError) for e in chain), "is_timeout": isinstance(error, TimeoutError)}
+    return {"raised": False}
+
+
+def _next_forward(runtime, pipe, seed: int, tag: int, rows: int) -> dict:
+    """A forward on a good batch: its output (or error) and the workers that served it."""
+    events: list = []
+    try:
+        with runtime.observe(events.append):
+            out = student_tensor(pipe(make_batch(seed, tag, rows)), "the next forward")
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001
+        return {"output": None, "error": error_text(error), "workers": []}
+    return {"output": out.detach().clone(), "error": None, "workers": sorted({e.workers for e in events})}
+
+
+def _failing_case(seed: int, pipeline, runtime, kind: str, index: int, fail_with: str) -> dict:
+    """Case ``index`` of ``kind`` with the stage raising ``FAILURES[fail_with]``: what reached the
+    caller, what the stages ran, and the next forward on a good batch."""
+    count, rows, split_size, bad_stage, bad_microbatch = KINDS[kind][index]
+    tag = TAGS[kind] + index
+    stages = build_stages(seed, tag, count)
+    for stage in stages:
+        stage.split_size = split_size
+    stages[bad_stage].fail_on, stages[bad_stage].fail_with = bad_microbatch, fail_with
+    pipe = pipeline.Pipe(stages, devices=["cpu"] * count, split_size=split_size)
+    try:
+        workers = pipe.workers
+        caught = _caught(pipe, make_batch(seed, tag, rows), stages[bad_stage].raised)
+        seen = {"case": index, "caught": caught, "stage_raised": bool(stages[bad_stage].raised),
+                "calls": [len(stage.given) for stage in stages], "given": list(stages[bad_stage].given)}
+        stages[bad_stage].fail_on = None
+        again = _next_forward(runtime, pipe, seed, GOOD_BATCH + tag, rows)
+        seen["again"] = {**again, "same_workers": pipe.workers is workers and again["workers"] in ([], [id(workers)])}
+    finally:
+        pipe.close()
+    return seen
+
+
+def _timeout_case(seed: int, pipeline, runtime) -> dict:
+    """A stage held past the Pipe's timeout: what reached the caller and the calls the Pipe made
+    before it did (a resubmitted call shows), then, the stage released, the next forward."""
+    case, tag = TIMEOUT_CASE, TAGS["timeout"]
+    stages = build_stages(seed, tag, case["stages"])
+    for stage in stages:
+        stage.split_size = case["split"]
+    held, release = stages[case["stage"]], trusted.Event()
+    held.hold, held.hold_on = release, case["microbatch"]
+    pipe = pipeline.Pipe(stages, devices=["cpu"] * case["stages"], split_size=case["split"], timeout=case["timeout"])
+    events: list = []
+    try:
+        workers = pipe.workers
+        with runtime.observe(events.append):
+            caught = _caught(pipe, make_batch(seed, tag, case["rows"]), [])
+        release.set()  # the held call ends now; its late result is the workers' to drop
+        again = _next_forward(runtime, pipe, seed, GOOD_BATCH + tag, case["rows"])
+        again["same_workers"] = pipe.workers is workers and again["workers"] in ([], [id(workers)])
+    finally:
+        release.set()
+        pipe.close()
+    return {"caught": caught, "held": held.hold is None, "calls": [(e.kind, e.stage) for e in events if e.kind in ("submit", "receive")],
+            "again": again}
+
+
+def _alive(before: set) -> list[str]:
+    deadline = trusted.monotonic() + THREAD_WAIT
+    while True:
+        alive = [t.name for t in _threads() if t not in before and t.is_alive()]
+        if not alive or trusted.monotonic() > deadline:
+            return alive
+        trusted.sleep(0.02)
+
+
+def _observe(seed: int, params: dict, kind: str, timeout: bool) -> dict:
+    pipeline, runtime = student_pipeline(params)
+    before = set(_threads())
+    if kind == "exception":
+        cases = [_failing_case(seed, pipeline, runtime, kind, index, "Exception") for index in range(len(KINDS[kind]))]
+    else:  # each case also with an Exception in its place: what a BaseException changes shows
+        cases = [{**_failing_case(seed, pipeline, runtime, kind, index, "BaseException"),
+                  "as_exception": _failing_case(seed, pipeline, runtime, kind, index, "Exception")}
+                 for index in range(len(KINDS[kind]))]
+    observation: dict[str, Any] = {"cases": cases}
+    if timeout:
+        observation["timeout"] = _timeout_case(seed, pipeline, runtime)
+    observation["alive"] = _alive(before)
+    return observation
+
+
+def observe_exceptions(seed: int, params: dict):
+    """An Exception in one stage (several cases) and a stage slower than the timeout: what reached
+    the caller, the next forward, and which threads were left after close()."""
+    return _observe(seed, params, "exception", timeout=True)
+
+
+def observe_exception_unchanged(seed: int, params: dict):
+    """The same failing stages (and timeout) as 2.2-exceptions; judged on what reached the caller and on what ran after the error."""
+    return _observe(seed, params, "exception", timeout=True)
+
+
+def observe_base_exception(seed: int, params: dict):
+    """A BaseException that is not an Exception in one stage, and an Exception in its place: what
+    reached the caller, and the next forward."""
+    return _observe(seed, params, "base_exception", timeout=False)
