@@ -185,6 +185,14 @@ def test_outputs_cached_on_the_arguments_fail_bit_identity(student):
                                r"an optimizer step .*: it returned the very tensor the same call returned before")
 
 
+def test_an_output_without_grad_fails_bit_identity_on_its_requires_grad(student):
+    """A detached output: every case is still observed (the call made twice included) and the
+    judge says what is wrong, on the first case."""
+    checkpoint_sequential = answer("checkpoint_sequential")
+    student(lambda layers, x, segments=None: checkpoint_sequential(layers, x, segments).detach())
+    fails("4.3-bit-identical", r"\(case 0, seed 1234\): the output has requires_grad=False; the plain run's has True")
+
+
 def test_ceil_instead_of_round_for_the_default_fails_count(student):
     student(make_checkpoint(segment_count=lambda r: math.ceil(r)))
     fails("4.3-recompute-count", r"10 layers.*expected \[4, 3, 3\].*round\(sqrt\(10\)\) = 3")

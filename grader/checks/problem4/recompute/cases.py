@@ -15,16 +15,18 @@ class RecomputeCase:
 
     ``kind``: "grader" (the grader's layer: linear, tanh, dropout), "frozen" (every other
     one with frozen parameters), "no-params" (modules without parameters), "functions"
-    (every ``function_every``-th layer a plain callable), "unused" (every other layer holds a
-    parameter its forward never uses: the plain run gives it no gradient). ``input_grad``:
-    whether the input requires grad; ``non_leaf``: the input is computed from another tensor
-    (the output of an earlier layer) and retains its gradient. ``shape``: the input's leading dims (the last is WIDTH). ``dtype``,
-    ``transposed`` (a non-contiguous input), ``container`` (how the layers are passed),
-    ``warm_up`` (the same layers were used once before with another input shape and segment
-    count), ``repeat`` (the very same call was made once before, forward and backward, and an
-    optimizer step has changed the parameters since), ``keyword`` (segments passed as ``segments=``), ``accumulate`` (gradients already
-    there before the backward) and ``via_grad`` (gradients taken with ``torch.autograd.grad``,
-    which must leave every ``.grad`` alone) are the other things the contract allows."""
+    (every ``function_every``-th layer a plain callable), "unused" (every other layer holds
+    a parameter its forward never uses: the plain run gives it no gradient). ``input_grad``:
+    whether the input requires grad; ``non_leaf``: the input is computed from another
+    tensor (the output of an earlier layer) and retains its gradient. ``shape``: the
+    input's leading dims (the last is WIDTH). ``dtype``, ``transposed`` (a non-contiguous
+    input), ``container`` (how the layers are passed), ``warm_up`` (the same layers were
+    used once before with another input shape and segment count), ``repeat`` (the very
+    same call was made once before, forward and backward, and an optimizer step has
+    changed the parameters since), ``keyword`` (segments passed as ``segments=``),
+    ``accumulate`` (gradients already there before the backward) and ``via_grad``
+    (gradients taken with ``torch.autograd.grad``, which must leave every ``.grad`` alone)
+    are the other things the contract allows."""
 
     layers: int
     segments: int | None

@@ -74,13 +74,20 @@ def _call(student, layers, x, segments, keyword: bool = False):
     return student_tensor(output, "checkpoint_sequential")
 
 
+def _backward(output) -> None:
+    """An earlier call's backward; an output without grad is the judge's to word, on the
+    case itself, not a crash of this earlier call."""
+    if output.requires_grad:
+        output.sum().backward()
+
+
 def _warm_up(student, layers, case: table.RecomputeCase) -> None:
     """Use the layers once with another input shape and segment count, then forget the grads
     and put back which parameters are frozen: a call that changes that is
     4.3-caller-unchanged's concern, not this run's."""
     frozen = [(parameter, parameter.requires_grad) for parameter in parameters(layers)]
     x = torch.randn(3, 1, WIDTH, dtype=getattr(torch, case.dtype), requires_grad=True)
-    _call(student, as_passed(layers, case), x, len(layers)).sum().backward()
+    _backward(_call(student, as_passed(layers, case), x, len(layers)))
     for parameter, requires_grad in frozen:
         parameter.grad = None
         parameter.requires_grad_(requires_grad)
@@ -91,7 +98,7 @@ def _same_call_before(student, layers, x, case: table.RecomputeCase):
     gradients forgotten: the case's call is then a second training step on the same batch.
     Returns what that call returned."""
     earlier = _call(student, as_passed(layers, case), x, case.segments, case.keyword)
-    earlier.sum().backward()
+    _backward(earlier)
     optimizer_step(layers)
     for tensor in [x, *parameters(layers)]:
         tensor.grad = None
