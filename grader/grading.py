@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import inspect
 import json
 import os
 import platform
@@ -23,7 +24,7 @@ import torch
 
 from grader import policy
 from grader.bounded import TooSlow, bounded
-from grader.checks.judging import Fail, observed
+from grader.checks.judging import Fail, Outside, observed
 from grader.harness import Harness, HarnessError, Outcome, foreign_signal, format_bytes
 from grader.layout import STUDENT_FILES
 from grader.protocol import Kind, Report, Result, Status
@@ -148,12 +149,16 @@ def _flood_reason(outcome: Outcome, output_limit_mb: float) -> str:
             f"writes may grow past {output_limit_mb:g} MB; it printed {format_bytes(outcome.output_bytes)})")
 
 
-def judge_observation(criterion: Criterion, seed: int, observation) -> tuple[Status, str, dict]:
+def judge_observation(criterion: Criterion, seed: int, observation,
+                      outside: Outside | None = None) -> tuple[Status, str, dict]:
     """``(status, message, details)`` from the criterion's parent-side ``judge_*`` function, run
-    under :data:`JUDGE_SECONDS` of its own."""
+    under :data:`JUDGE_SECONDS` of its own; a judge with an ``outside`` parameter is also given
+    what the grader measured of the run from outside the child."""
     judge_function = getattr(importlib.import_module(criterion.judge_module), "judge_" + criterion.name)
+    extra = {"outside": outside} if "outside" in inspect.signature(judge_function).parameters else {}
     try:
-        details = bounded(lambda: judge_function(seed, dict(criterion.params), observed(observation)), JUDGE_SECONDS)
+        details = bounded(lambda: judge_function(seed, dict(criterion.params), observed(observation), **extra),
+                          JUDGE_SECONDS)
     except Fail as failure:
         return Status.FAILED, str(failure), failure.details
     except TooSlow:
@@ -346,9 +351,12 @@ def _run_and_judge(criterion: Criterion, report: Report, submission: Submission,
         return Status.ERROR, f"grader error running {criterion.id}: {error}", "", {}
     _note_outcome(report, criterion, outcome)
     if outcome.kind == Kind.OBSERVATION and not outcome.envelope.get("tampered"):
-        status, message, details = judge_observation(criterion, report.seed, outcome.envelope["observation"])
+        status, message, details = judge_observation(criterion, report.seed, outcome.envelope["observation"],
+                                                     Outside(wall_seconds=outcome.seconds))
         if JUDGE_ERROR in details:
             report.flag(f"{criterion.id}: the judge could not read what the child reported")
+        if status == Status.FAILED and details.get("tampered"):
+            report.flag(f"{criterion.id}: what the child reported contradicts the grader's own measurement")
         return status, message, outcome.output, details
     status, message = judge(criterion, report.seed, outcome, submission, limit, rubric.settings.output_limit_mb)
     if status == Status.TIMEOUT and limit < full_limit and budget is not None:

@@ -30,6 +30,10 @@ child side never imports them, and ``tests/grader/checks/test_layout.py`` proves
 interpreter: the forkserver preloads the child side only, so a student's code that searches its
 own process finds no judge, no expected value and no message.
 
+A judge that reads times the child measured may take a third parameter, ``outside``
+(:class:`grader.checks.judging.Outside`): the child's run as the grader timed it from its own
+process. What the child reports must fit in it (:func:`grader.checks.judging.within_outside`).
+
 ``seed`` is drawn fresh for every grading run; ``params`` is the criterion's ``params`` table
 from the rubric (empty dict when absent). Any other exception from ``observe_*`` (for example
 the stub's ``NotImplementedError``) is reported as the criterion's failure with the student's

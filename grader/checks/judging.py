@@ -7,6 +7,11 @@ the criterion as :class:`Malformed` instead of crashing the grader.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+# The child's clock reads inside the grader's run of it; a little slack for the two reads of each clock.
+CLOCK_SLACK_SECONDS = 0.05
+
 
 class Fail(Exception):
     """A student-facing reason why a criterion failed, with optional JSON-able ``details``."""
@@ -14,6 +19,30 @@ class Fail(Exception):
     def __init__(self, message: str, details: dict | None = None):
         super().__init__(message)
         self.details = details or {}
+
+
+@dataclass(frozen=True)
+class Outside:
+    """What the grader measured of a child's run from its own process, where the student's code
+    cannot reach: ``wall_seconds`` from the child's start to its report, on the grader's clock.
+    A judge that takes an ``outside`` parameter is given it."""
+
+    wall_seconds: float
+
+
+def within_outside(claimed_seconds: float, outside: Outside | None, what: str) -> None:
+    """Fail as tampered when the times the child reported add up to more than passed outside
+    it: the grader's clock inside the student's process was rewritten (a tracer that skips a
+    sleep and reports it slept, a clock read through a replaced function)."""
+    if outside is None or claimed_seconds <= outside.wall_seconds + CLOCK_SLACK_SECONDS:
+        return
+    raise Fail(
+        f"your code's process reported {what} of {claimed_seconds:.2f} s in all, but its whole run took "
+        f"{outside.wall_seconds:.2f} s as the grader measured it from outside: the times recorded inside your "
+        "process were changed, so what this criterion observed cannot be trusted; it scores 0 and the course "
+        "staff will review it",
+        {"tampered": [f"{what} (longer than the run, measured outside)"]},
+    )
 
 
 class Malformed(Fail):

@@ -37,8 +37,9 @@ def describe(value) -> str:
     """A short description of a value the student's code returned (its kind and start)."""
     if value is None:
         return "None"
-    text = repr(value)
-    return f"a {type(value).__name__} ({text[:60] + '...' if len(text) > 60 else text})"
+    text, kind = repr(value), type(value).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    return f"{article} {kind} ({text[:60] + '...' if len(text) > 60 else text})"
 
 
 def student_tensor(value, what: str):

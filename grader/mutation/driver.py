@@ -92,13 +92,15 @@ class _Grader:
 
     def _judged(self, criterion: Criterion, bound: float) -> Verdict:
         """One child run of ``criterion`` and the grader's judgement of it."""
+        from grader.checks.judging import Outside
         from grader.grading import JUDGE_ERROR, judge, judge_observation
         from grader.protocol import Kind
 
         started = time.perf_counter()
         outcome = self.harness.run(criterion, self.seed, bound)
         if outcome.kind == Kind.OBSERVATION and not outcome.envelope.get("tampered"):
-            status, message, details = judge_observation(criterion, self.seed, outcome.envelope["observation"])
+            status, message, details = judge_observation(criterion, self.seed, outcome.envelope["observation"],
+                                                         Outside(wall_seconds=outcome.seconds))
             judge_error = JUDGE_ERROR in details
         else:
             status, message = judge(criterion, self.seed, outcome, self.submission, bound, self.rubric.settings.output_limit_mb)

@@ -52,7 +52,7 @@ def test_the_bundle_ships_the_grading_engine_and_nothing_else(autograder_zip):
         "grader/policy.py", "grader/submission_limit.py",
         "grader/processes.py", "grader/protocol.py", "grader/report.py", "grader/result_file.py", "grader/rubric.py",
         "grader/rubric.toml", "grader/sandbox/__init__.py", "grader/sandbox/bwrap.py", "grader/sandbox/confine.py",
-        "grader/sandbox/memory.py", "grader/sandbox/mounts.py", "grader/sandbox/plan.py", "grader/sandbox/reaper.py",
+        "grader/sandbox/memory.py", "grader/sandbox/mounts.py", "grader/sandbox/pidns.py", "grader/sandbox/plan.py", "grader/sandbox/reaper.py",
         "grader/sandbox/seccomp.py", "grader/sandbox/uids.py",
         "grader/submission.py", "grader/tomlcompat.py", "grader/checks/__init__.py", "grader/checks/judging.py",
         "grader/checks/recording.py",

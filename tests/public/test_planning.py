@@ -215,7 +215,7 @@ def test_microbatch_defaults_to_one():
 
 
 @pytest.mark.problem_5_1
-@pytest.mark.criterion("5.1-compute-bubble", "5.1-memory", "5.1-communication")
+@pytest.mark.criterion("5.1-compute-bubble", "5.1-memory", "5.1-communication", "5.1-kinds")
 def test_an_estimate_depends_only_on_its_arguments():
     """Two models of the same name, asked in turn: neither gets the other's estimate."""
     wider = dataclasses.replace(SMALL, hidden=2048, heads=16)
@@ -227,6 +227,8 @@ def test_an_estimate_depends_only_on_its_arguments():
         f"a model twice as wide, of the same name, has about 4 times the state: {other.state_bytes:.6g} against "
         f"{first.state_bytes:.6g} (is something kept from an earlier call?)")
     assert again == first, "the same call, repeated after another, must give the same estimate"
+    assert again is not first, ("the same call, repeated after another, returned the very Estimate object the first "
+                                "call returned: a result kept between calls (each call returns a new Estimate)")
 
 
 # ---------------------------------------------------------------- Problem 5.1, the lecture's figures and properties
@@ -518,6 +520,10 @@ def test_best_plan_depends_only_on_its_arguments():
     assert (first.t, second.t) == (4, 2), (
         f"best_plan for two models named {TWELVE.name!r}: t = {first.t}, then t = {second.t}; expected 4, then 2 (is "
         "something kept from an earlier call?)")
+    again = with_made_up_estimate(fake, TWELVE, cluster, 24)[0]
+    assert again is not first, ("best_plan asked the same again returned the very Estimate object it returned the first "
+                                "time: a result kept between calls (the Estimate is the one estimate returns when "
+                                "best_plan runs)")
 
 
 @pytest.mark.problem_5_2
@@ -534,8 +540,8 @@ def test_best_plan_is_none_when_nothing_fits_or_nothing_is_valid(seed):
         f"expected None; got {none_valid!r:.200}")
 
 
-@pytest.mark.problem_5_2
-@pytest.mark.criterion("5.2-arguments")
+@pytest.mark.problem_5_1
+@pytest.mark.criterion("5.1-arguments")
 @pytest.mark.parametrize("arguments, why", [
     ({"t": 3, "p": 8}, "t p does not divide the GPUs"), ({"t": 8, "p": 5}, "p does not divide the layers"),
     ({"t": 8, "p": 3}, "p does not divide the layers"), ({"t": 64, "p": 1}, "t does not divide the heads"),
@@ -560,7 +566,26 @@ def test_best_plan_rejects_arguments_outside_the_contract(arguments):
 
 
 @pytest.mark.problem_5_2
-@pytest.mark.criterion("5.2-arguments")
+@pytest.mark.criterion("5.1-arguments", "5.2-arguments")
+@pytest.mark.parametrize("function, valid, equal", [
+    (estimate, {"t": 1, "p": 8}, {"t": True, "p": 8}), (estimate, {"t": 8, "p": 8}, {"t": numpy.int64(8), "p": 8}),
+    (estimate, {"t": 8, "p": 8}, {"t": 8, "p": 8.0}), (best_plan, {}, {"batch": 1536.0}),
+    (best_plan, {}, {"batch": numpy.int64(1536)}),
+], ids=["estimate t=True", "estimate t=numpy.int64(8)", "estimate p=8.0", "best_plan batch=1536.0",
+        "best_plan batch=numpy.int64(1536)"])
+def test_arguments_outside_the_contract_are_rejected_right_after_an_equal_valid_call(function, valid, equal):
+    """A bool, a float or a numpy integer equal to a valid int (with an equal hash) is still outside
+    the contract, even when the valid call came just before."""
+    cluster = Cluster(gpus=1024)
+    function(GPT3_175B, cluster, **{"batch": 1536, **valid})
+    arguments = {"batch": 1536, **valid, **equal}
+    raises_value_error(lambda: function(GPT3_175B, cluster, **arguments),
+                       f"{function.__name__}(GPT-3, 1024 GPUs, {arguments}) right after the same call with {valid or 'ints'}",
+                       "an argument outside the contract, equal to a valid one")
+
+
+@pytest.mark.problem_5_2
+@pytest.mark.criterion("5.1-arguments", "5.2-arguments")
 def test_arguments_at_the_limits_are_accepted():
     """The smallest sizes the contract allows raise nothing: one GPU, one sequence, t = p = 1."""
     cluster = Cluster(gpus=1, gpus_per_node=1)

@@ -24,8 +24,26 @@ class _Cut(BaseException):
     """Raised by the CPU-time timer in the main thread: the call ran past its cut."""
 
 
+# After the cut the timer fires again every this many CPU seconds until the call ends: Python
+# ignores an exception raised inside a __del__ or a gc callback, so one signal may be swallowed.
+RETRY_SECONDS = 0.05
+_armed = [False]
+
+
 def _stop(signum, frame):
-    raise _Cut
+    if _armed[0]:
+        raise _Cut
+
+
+def _disarm() -> None:
+    """Stop the timer; a cut that lands while stopping it is spent, not raised further."""
+    while True:
+        try:
+            _armed[0] = False
+            _setitimer(_PROFILE_TIMER, 0)
+            return
+        except _Cut:
+            continue
 
 
 @dataclass
@@ -43,17 +61,19 @@ def call_with_cut(function, cut: float) -> Outcome:
     started = _process_time()
     try:
         try:
-            _setitimer(_PROFILE_TIMER, cut)
+            _armed[0] = True
+            _setitimer(_PROFILE_TIMER, cut, RETRY_SECONDS)
             outcome.value = function()
         finally:
-            _setitimer(_PROFILE_TIMER, 0)
-    except _Cut:
+            _disarm()
+    except _Cut:  # a repeat landing here is rare and harmless: the call ran past its cut, a failing case
         outcome.cut = True
     except NotImplementedError:
         raise
     except Exception as raised:  # noqa: BLE001 - the caller records it with its case
         outcome.error = raised
     finally:
+        _disarm()
         outcome.seconds = _process_time() - started
         _set_handler(_PROFILE_SIGNAL, previous)
     return outcome

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from problem2_helpers import fails, patcher, run
+from problem2_helpers import CHECKS, fails, patcher, run
 
+from grader.checks.judging import Fail, Outside
+from grader.checks.problem2.pipe_concurrency.cases import concurrency_params
+from grader.checks.problem2.pipe_concurrency.judge import judge_concurrency
 from grader.checks.problem2.stages import GraderStageError
 from minitorch.runtime import StageWorkers
 
@@ -171,6 +174,37 @@ def test_a_serial_pipe_that_shortens_the_grader_stages_sleep_fails_concurrency(s
 
     with_forward(student, forward)
     fails("concurrency", "the grader's stages must run as given")
+
+
+def concurrency_attempt(elapsed, intervals):
+    return [{"elapsed": elapsed, "intervals": [list(interval) for interval in intervals]}]
+
+
+def pipelined_calls():
+    """A pipelined forward's stage calls as the child reports them, and its makespan."""
+    count, microbatches, sleep, _ = concurrency_params(CHECKS["concurrency"].params)
+    calls = [(stage, (step + stage) * sleep, (step + stage + 1) * sleep)
+             for stage in range(count) for step in range(microbatches)]
+    return calls, (microbatches + count - 1) * sleep
+
+
+def test_stage_calls_outside_the_timed_forward_fail_as_tampered():
+    """The stage calls' times (the clock read in the child) must lie inside the forward the
+    grader timed with its own clock: both sides of the rule, at its edge."""
+
+    pipelined, makespan = pipelined_calls()
+    judge_concurrency(0, CHECKS["concurrency"].params, concurrency_attempt(makespan, pipelined))
+    with pytest.raises(Fail, match="the times recorded inside your process were changed") as failure:
+        judge_concurrency(0, CHECKS["concurrency"].params, concurrency_attempt(makespan / 2, pipelined))
+    assert failure.value.details["tampered"]
+
+
+def test_forward_times_longer_than_the_run_measured_outside_fail_as_tampered():
+
+    pipelined, makespan = pipelined_calls()
+    judge_concurrency(0, CHECKS["concurrency"].params, concurrency_attempt(makespan, pipelined), Outside(makespan + 0.5))
+    with pytest.raises(Fail, match="measured it from outside"):
+        judge_concurrency(0, CHECKS["concurrency"].params, concurrency_attempt(makespan, pipelined), Outside(makespan / 2))
 
 
 def test_a_copy_on_the_calling_thread_fails_transfers(student):

@@ -4,7 +4,7 @@ The observe side needs CUDA GPUs and cannot run here; see scripts/ and README fo
 """
 import pytest
 
-from grader.checks.judging import Fail
+from grader.checks.judging import Fail, Outside
 from grader.checks.problem2.speedup.judge import judge_speedup
 from grader.layout import DEFAULT_RUBRIC
 from grader.rubric import load_rubric
@@ -25,6 +25,7 @@ def observation(ratios, conclusive=True, forwards=3, calls=None):
         "smoke": False,
         "workload": FULL,
         "timing": {"ratios": ratios, "median_ratio": sorted(ratios)[len(ratios) // 2],
+                   "baseline_seconds": [0.3 * ratio for ratio in ratios], "candidate_seconds": [0.3] * len(ratios),
                    "conclusive": conclusive, "attempts": 1},
         "calls": calls if calls is not None else expected_calls(num_microbatches) * forwards,
     }
@@ -55,6 +56,17 @@ def test_wrong_call_order_during_the_timed_run_fails():
     serial = calls[:4] + [calls[5], calls[4]] + calls[6:]
     with pytest.raises(Fail, match="forward call 1"):
         judge_speedup(0, {}, observation([1.5] * 5, calls=calls + serial))
+
+
+def test_timed_steps_longer_than_the_run_measured_outside_fail_as_tampered():
+    """The steps' times (here 0.3 s per candidate, 0.3 * ratio per baseline: 3.3 s in all) must
+    fit in the child's run as the grader timed it from outside: a baseline made to look slow
+    inside the child cannot be slower than the whole run."""
+    timed = observation([1.2] * 5)
+    judge_speedup(0, {}, timed, Outside(wall_seconds=3.4))
+    with pytest.raises(Fail, match="the times recorded inside your process were changed") as failure:
+        judge_speedup(0, {}, timed, Outside(wall_seconds=3.0))
+    assert failure.value.details["tampered"]
 
 
 def test_smoke_runs_are_never_judged():

@@ -253,6 +253,42 @@ def test_a_cache_by_model_name_fails_both_runs(student):
         cache.clear()
 
 
+def memoised(function):
+    """``function`` with its results cached on the repr of its arguments: the same object again."""
+    cache = {}
+
+    def cached(*args, **kwargs):
+        key = repr((args, sorted(kwargs.items())))
+        if key not in cache:
+            cache[key] = function(*args, **kwargs)
+        return cache[key]
+
+    return cached
+
+
+def test_a_memoised_best_plan_fails_both_runs(student):
+    """The own run asks a search again (the same Estimate object comes back); the stand-in run asks
+    the same arguments with another module estimate (the kept answer is the other table's)."""
+    from minitorch import pipeline
+
+    right = pipeline.best_plan
+    for seed in SEEDS:
+        student("best_plan", named(memoised(lambda m, c, b, mb: right(m, c, b, mb))))
+        own, graders = failure("own", seed), failure("grader", seed)
+        assert own and "returned the very Estimate object that an earlier call returned" in own, own
+        assert graders, seed
+
+
+def test_a_memoised_estimate_costs_best_plan_nothing(student):
+    """A correct best_plan over an estimate that hands out kept results fails the own run (the same
+    object comes back), and passes with the grader's estimate: the mistake is 5.1's."""
+    from minitorch import pipeline
+
+    student("estimate", memoised(pipeline.estimate))
+    assert failure("own", SEEDS[0])
+    assert failure("grader", SEEDS[0]) is None
+
+
 def test_raising_when_nothing_fits_fails_with_the_call(student):
     from minitorch import pipeline
 
@@ -352,7 +388,7 @@ def test_a_students_own_helper_passes_the_own_run(student):
 
 def arguments_failure() -> str | None:
     try:
-        observe_and_judge("problem5.arguments:arguments", None, 0)
+        observe_and_judge("problem5.arguments:best_plan", None, 0)
     except Fail as error:
         return str(error)
     return None
@@ -362,10 +398,28 @@ def test_answer_key_passes_arguments():
     assert arguments_failure() is None
 
 
-def test_assert_instead_of_value_error_loses_arguments(student):
+@pytest.mark.parametrize("mistake, check, match", [
+    ("bools accepted", lambda v: isinstance(v, int) and v >= 1, "with batch=True returned"),
+    ("numpy integers accepted", lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1,
+     "numpy.int64"),
+    ("zero accepted", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "batch=0 returned"),
+    ("no check at all", lambda v: True, "returned|raised TypeError"),
+])
+def test_argument_checks_that_let_through_what_the_contract_rejects_lose_arguments(mistake, check, match, student):
+
+    def lenient(model, cluster, batch, microbatch=1):
+        if not all(check(v) for v in (batch, microbatch)):
+            raise ValueError("not an int >= 1")
+        return "searched"
+
+    student("best_plan", lenient)
+    assert re.search(match, arguments_failure()), mistake
+
+
+def test_assert_instead_of_value_error_loses_arguments_only_for_best_plan(student):
     from minitorch import pipeline
 
-    right = pipeline.estimate
+    right = pipeline.best_plan
 
     def asserts(*args, **kwargs):
         try:
@@ -373,31 +427,27 @@ def test_assert_instead_of_value_error_loses_arguments(student):
         except ValueError as error:
             raise AssertionError(str(error)) from None
 
-    student("estimate", asserts)
+    student("best_plan", asserts)
     assert "raised AssertionError; expected ValueError at the call" in arguments_failure()
-
-
-@pytest.mark.parametrize("mistake, check, match", [
-    ("bools accepted", lambda v: isinstance(v, int) and v >= 1, "with t=True returned"),
-    ("numpy integers accepted", lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1,
-     "numpy.int64"),
-    ("zero accepted", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "=0"),
-])
-def test_argument_checks_that_let_through_what_the_contract_rejects_lose_arguments(mistake, check, match, student):
-    from minitorch import pipeline
-
-    right = pipeline.estimate
-
-    def lenient(model, cluster, batch, t, p, microbatch=1):
-        if not all(check(v) for v in (batch, t, p, microbatch)):
-            raise ValueError("not an int >= 1")
-        return right(model, cluster, int(batch), int(t), int(p), int(microbatch)) if all(
-            int(v) >= 1 for v in (batch, t, p, microbatch)) else "accepted"
-
-    student("estimate", lenient)
-    assert re.search(match, arguments_failure())
+    assert observe_and_judge("problem5.arguments:estimate", None, 0) is None
 
 
 def test_rejecting_valid_arguments_loses_arguments(student):
-    student("estimate", lambda *args, **kwargs: (_ for _ in ()).throw(ValueError("always")))
-    assert "are inside the contract" in arguments_failure()
+    student("best_plan", lambda *args, **kwargs: (_ for _ in ()).throw(ValueError("always")))
+    assert "are inside the contract (ints >= 1)" in arguments_failure()
+
+
+def test_a_cache_consulted_before_the_checks_loses_arguments(student):
+    """batch=True answered from the kept batch=1 call (a copy: never the same object twice)."""
+    from minitorch import pipeline
+
+    right, kept = pipeline.best_plan, {}
+
+    def cached(model, cluster, batch, microbatch=1):
+        arguments = (repr(model), repr(cluster), batch, microbatch)
+        if arguments not in kept:
+            kept[arguments] = right(model, cluster, batch, microbatch)
+        return None if kept[arguments] is None else dataclasses.replace(kept[arguments])
+
+    student("best_plan", cached)
+    assert "with batch=True, right after a valid call equal to it returned" in arguments_failure()

@@ -3,6 +3,7 @@ rule of the contract has a deterministic case on each side, and each wrong varia
 criterion it targets, and only that one, on every seed, with a message naming the call."""
 import dataclasses
 import math
+import numbers
 import re
 
 import numpy
@@ -11,6 +12,7 @@ from grading_helpers import observe_and_judge
 
 from grader.checks.judging import Fail
 from grader.checks.problem5 import expected
+from grader.checks.problem5.arguments import cases as argument_cases
 from grader.checks.problem5.estimate import cases as plan_cases
 from grader.checks.problem5.plans import MODEL_FIELDS, valid_plan
 from minitorch import cost_model
@@ -297,6 +299,33 @@ def test_nan_fails(student, answer_estimate):
     loses_only({"communication"}, "data_parallel_s = nan")
 
 
+def memoised(function):
+    """``function`` with its results cached on the repr of its arguments: the same object again."""
+    cache = {}
+
+    def cached(*args, **kwargs):
+        key = repr((args, sorted(kwargs.items())))
+        if key not in cache:
+            cache[key] = function(*args, **kwargs)
+        return cache[key]
+
+    return cached
+
+
+def test_a_memoised_estimate_loses_the_kinds_criterion_only(student, answer_estimate):
+    """Right values, the same Estimate object for the same call: a result kept between calls."""
+    student("estimate", memoised(lambda model, cluster, batch, t, p, microbatch=1:
+                                 answer_estimate(model, cluster, batch, t, p, microbatch)))
+    loses_only({"kinds"}, "returned the very Estimate object that the same call returned earlier")
+
+
+def test_the_repeated_case_repeats_a_call():
+    cases = plan_cases.plan_cases(0)
+    again = cases[len(plan_cases.FIXED)]
+    first = cases[plan_cases.REPEATED]
+    assert {k: v for k, v in again.items() if k != "name"} == {k: v for k, v in first.items() if k != "name"}
+
+
 # ---------------------------------------------------------------- correct, written another way
 
 
@@ -334,3 +363,90 @@ def test_correct_code_written_another_way_keeps_every_point(student):
     student("estimate", other_estimate)
     for seed in SEEDS:
         assert verdicts(seed) == dict.fromkeys(CRITERIA)
+
+
+# ---------------------------------------------------------------- 5.1-arguments
+
+
+def arguments_failure() -> str | None:
+    try:
+        observe_and_judge("problem5.arguments:estimate", None, 0)
+    except Fail as error:
+        return str(error)
+    return None
+
+
+def test_answer_key_passes_arguments():
+    assert arguments_failure() is None
+
+
+def test_assert_instead_of_value_error_loses_arguments(student):
+    from minitorch import pipeline
+
+    right = pipeline.estimate
+
+    def asserts(*args, **kwargs):
+        try:
+            return right(*args, **kwargs)
+        except ValueError as error:
+            raise AssertionError(str(error)) from None
+
+    student("estimate", asserts)
+    assert "raised AssertionError; expected ValueError at the call" in arguments_failure()
+    assert observe_and_judge("problem5.arguments:best_plan", None, 0) is None  # best_plan's own checks are its own
+
+
+@pytest.mark.parametrize("mistake, check, match", [
+    ("bools accepted", lambda v: isinstance(v, int) and v >= 1, "with t=True returned"),
+    ("numpy integers accepted", lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1,
+     "numpy.int64"),
+    ("zero accepted", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "=0"),
+])
+def test_argument_checks_that_let_through_what_the_contract_rejects_lose_arguments(mistake, check, match, student):
+    from minitorch import pipeline
+
+    right = pipeline.estimate
+
+    def lenient(model, cluster, batch, t, p, microbatch=1):
+        if not all(check(v) for v in (batch, t, p, microbatch)):
+            raise ValueError("not an int >= 1")
+        return right(model, cluster, int(batch), int(t), int(p), int(microbatch)) if all(
+            int(v) >= 1 for v in (batch, t, p, microbatch)) else "accepted"
+
+    student("estimate", lenient)
+    assert re.search(match, arguments_failure())
+
+
+def test_rejecting_valid_arguments_loses_arguments(student):
+    student("estimate", lambda *args, **kwargs: (_ for _ in ()).throw(ValueError("always")))
+    assert "are inside the contract (ints >= 1, a valid plan)" in arguments_failure()
+
+
+def cached_before_the_checks(estimate):
+    """``estimate`` answering from a cache keyed by its arguments (compared with ==) before any
+    check, with a copy of the kept Estimate (so the same object never comes back twice)."""
+    kept = {}
+
+    def cached(model, cluster, batch, t, p, microbatch=1):
+        arguments = (repr(model), repr(cluster), batch, t, p, microbatch)
+        if arguments not in kept:
+            kept[arguments] = estimate(model, cluster, batch, t, p, microbatch)
+        return dataclasses.replace(kept[arguments])
+
+    return cached
+
+
+def test_the_cases_asked_again_equal_a_valid_call():
+    for function in ("estimate", "best_plan"):
+        cases = argument_cases.argument_cases(function)
+        again = [case for case in cases if case[0].endswith(argument_cases.AGAIN)]
+        inside = [{**argument_cases.BASE_CALLS[function], **case[2]} for case in cases if case[3]]
+        assert len(again) == len(argument_cases.EQUAL_TO_INSIDE[function])
+        for case in again:
+            assert {**argument_cases.BASE_CALLS[function], **case[2]} in inside, case[0]
+
+
+def test_a_cache_consulted_before_the_checks_loses_arguments(student, answer_estimate):
+    """Right values and a new object each call, but t=True answered from the kept t=1 call."""
+    student("estimate", cached_before_the_checks(answer_estimate))
+    assert "right after a valid call equal to it returned" in arguments_failure()

@@ -56,3 +56,31 @@ def test_student_tensor_runs_no_method_of_a_subclass():
 def test_student_tensor_names_what_is_not_a_tensor():
     with pytest.raises(Unusable, match="Pipe output: your code returned a list"):
         student_tensor([1, 2], "Pipe output")
+
+
+@pytest.mark.timeout(30)
+def test_a_cpu_cut_swallowed_by_a_gc_callback_is_raised_again():
+    """Python ignores an exception raised inside a gc callback (or a ``__del__``): the first cut
+    may land there. The timer fires again until the call ends, so an endless call is still cut."""
+    import gc
+    import time
+
+    from grader.checks.problem2.cpu_cut import call_with_cut
+
+    def burn_in_gc(phase, info):
+        if phase == "start":
+            until = time.process_time() + 0.4
+            while time.process_time() < until:
+                pass
+
+    def endless():
+        gc.collect()  # the callback burns past the cut: its signal is swallowed there
+        while True:
+            pass
+
+    gc.callbacks.append(burn_in_gc)
+    try:
+        outcome = call_with_cut(endless, 0.1)
+    finally:
+        gc.callbacks.remove(burn_in_gc)
+    assert outcome.cut and outcome.seconds < 5

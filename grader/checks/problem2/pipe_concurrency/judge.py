@@ -1,8 +1,10 @@
 """2.2-concurrency, parent side: a forward takes about M + K - 1 stage steps, with stages of one
-wave overlapping in time, and every grader stage slept its full time. Observed in ``observe.py``."""
+wave overlapping in time, and every grader stage slept its full time. The times come from the
+grader's clock inside the child; together they must fit in the run the grader timed from outside.
+Observed in ``observe.py``."""
 from __future__ import annotations
 
-from grader.checks.judging import Fail, Malformed
+from grader.checks.judging import CLOCK_SLACK_SECONDS, Fail, Malformed, Outside, within_outside
 from grader.checks.problem2.pipe_concurrency.cases import concurrency_params, time_limit
 
 
@@ -11,13 +13,27 @@ def _overlaps(intervals) -> bool:
                for index, a in enumerate(intervals) for b in intervals[index + 1 :])
 
 
-def judge_concurrency(seed: int, params: dict, observation) -> None:
+def _within_the_forward(attempt) -> None:
+    """Every stage call ran inside the forward that the grader timed with its own clock."""
+    outside = [(start, end) for _, start, end in attempt["intervals"]
+               if start < -CLOCK_SLACK_SECONDS or end > attempt["elapsed"] + CLOCK_SLACK_SECONDS]
+    if outside:
+        start, end = outside[0]
+        raise Fail(f"a call of the grader's stages ran from {start:.2f} s to {end:.2f} s after the forward began, "
+                   f"but the forward took {attempt['elapsed']:.2f} s on the grader's own clock: the times recorded "
+                   "inside your process were changed, so what this criterion observed cannot be trusted; it scores "
+                   "0 and the course staff will review it", {"tampered": ["the stage calls' times (outside the forward)"]})
+
+
+def judge_concurrency(seed: int, params: dict, observation, outside: Outside | None = None) -> None:
     count, microbatches, sleep, attempts = concurrency_params(params)
     limit = time_limit(count, microbatches, sleep)
     if not isinstance(observation, list) or not 1 <= len(observation) <= attempts:
         raise Malformed(f"Pipe concurrency: {len(observation) if isinstance(observation, list) else 'no'} measurements "
                         f"came back; the grader makes 1 to {attempts}")
+    within_outside(sum(float(attempt["elapsed"]) for attempt in observation), outside, "the forwards' times")
     for attempt in observation:
+        _within_the_forward(attempt)
         # Every stage call must have slept its full time: a grader stage's sleep is not the student's to change.
         short = [end - start for _, start, end in attempt["intervals"] if end - start < 0.9 * sleep]
         if short:

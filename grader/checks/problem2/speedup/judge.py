@@ -3,17 +3,19 @@ the same update as the baseline, and was at least ``params["threshold"]`` (1.10)
 Observed in ``observe.py`` (which says what the workload is)."""
 from __future__ import annotations
 
-from grader.checks.judging import Fail
+from grader.checks.judging import Fail, Outside, within_outside
 from grader.checks.problem2.expected import expected_calls
 
 
-def judge_speedup(seed: int, params: dict, observation) -> dict:
+def judge_speedup(seed: int, params: dict, observation, outside: Outside | None = None) -> dict:
     details = {key: observation[key] for key in ("smoke", "workload", "devices", "timing", "gpus", "peer_access_0_1")
                if key in dict.keys(observation)}
     if "mismatch" in dict.keys(observation):
         raise Fail(f"the timed training step through your Pipe computed another update than the stages run one after "
                    f"the other ({observation['mismatch']}); see 2.2-backward", details)
     timing = observation["timing"]
+    within_outside(sum(map(float, [*timing["baseline_seconds"], *timing["candidate_seconds"]])), outside,
+                   "the timed training steps")
     if observation["smoke"]:
         return details
     threshold = float(params.get("threshold", 1.10))

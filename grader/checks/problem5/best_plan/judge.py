@@ -3,7 +3,7 @@ the grader's own cost model (the student's own ``estimate``) or by the stand-in'
 grader's ``estimate``: ``params["pieces"]``, see the rubric's ``fallback``)."""
 from __future__ import annotations
 
-from grader.checks.judging import Fail, expect_cases
+from grader.checks.judging import Fail, Malformed, expect_cases
 from grader.checks.problem5.best_plan import cases as own_cases
 from grader.checks.problem5.best_plan import stand_in
 from grader.checks.problem5.expected import acceptable_best, memory, reference_plans, step
@@ -57,12 +57,14 @@ def _judge_own(seed: int, observation) -> None:
     cases = own_cases.search_cases(seed)
     keys = [own_cases.key(index, case) for index, case in enumerate(cases)]
     seeded = len(own_cases.FIXED) + 1
+    calls = [f"{describe(case, 'best_plan')} [{case['name']}]" for case in cases]
     for index, (case, entry) in enumerate(zip(cases, expect_cases(observation["searches"], keys, "best_plan"))):
         plans = reference_plans(case["model"], case["cluster"], case["batch"], case["microbatch"])
         if index >= seeded and _undecided(plans):
             continue  # a seeded limit within the estimate's tolerance of a plan's memory decides nothing
         why_none = "no plan is valid" if not plans else f"none of the {len(plans)} valid plans fits"
-        _judge_search(f"{describe(case, 'best_plan')} [{case['name']}]", entry, plans, False, why_none)
+        _judge_search(calls[index], entry, plans, False, why_none)
+        _judge_fresh(index, entry, calls)
 
 
 def _undecided(plans: list[dict]) -> bool:
@@ -72,9 +74,23 @@ def _undecided(plans: list[dict]) -> bool:
 def _judge_stand_in(seed: int, observation) -> None:
     cases = stand_in.search_cases()
     keys = [stand_in.key(index, case) for index, case in enumerate(cases)]
+    calls = [f"{describe(case, 'best_plan')} with the grader's estimate in place of yours [{case['design']}]"
+             for case in cases]
     for index, (case, entry) in enumerate(zip(cases, expect_cases(observation["searches"], keys, "best_plan"))):
         table = stand_in.designed_table(seed, index, case)
-        call = f"{describe(case, 'best_plan')} with the grader's estimate in place of yours [{case['design']}]"
         why_none = "no plan is valid" if not table else f"none of the {len(table)} valid plans fits"
-        _judge_search(call, entry, list(table.values()), True, why_none)
+        _judge_search(calls[index], entry, list(table.values()), True, why_none)
+        _judge_fresh(index, entry, calls)
+
+
+def _judge_fresh(index: int, entry, calls: list[str]) -> None:
+    """The Estimate a search returns is not one an earlier call returned: none is kept between calls."""
+    earlier = entry["same_as"]
+    if earlier is None:
+        return
+    if type(earlier) is not int or not 0 <= earlier < index:
+        raise Malformed(f"best_plan: search {index} came back naming search {earlier!r} as an earlier one")
+    raise Fail(f"{calls[index]} returned the very Estimate object that an earlier call returned ({calls[earlier]}): "
+               "a result kept between calls; the contract keeps no state between calls, and the Estimate is the one "
+               "estimate returns for the plan when best_plan runs")
 

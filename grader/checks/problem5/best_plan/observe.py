@@ -20,17 +20,26 @@ def call_best_plan(best_plan, case: dict):
     return best_plan(model, cluster, case["batch"], case["microbatch"])
 
 
-def _returned(value) -> dict:
-    return {"none": True} if value is None else {"none": False, **read_estimate(value)}
+def _returned(value, index: int, kept: list) -> dict:
+    """``value`` (what search ``index`` returned) read as plain data; ``same_as``: the index of the
+    earlier search that returned the very same object (None when none did). ``kept`` holds the
+    (index, Estimate) returned so far, alive, so no identity is reused."""
+    if value is None:
+        return {"none": True, "same_as": None}
+    same_as = next((earlier for earlier, returned in kept if returned is value), None)
+    kept.append((index, value))
+    return {"none": False, "same_as": same_as, **read_estimate(value)}
 
 
 def observe_best_plan(seed: int, params: dict) -> dict:
     """Per case, what best_plan returned: ``{"none": True}`` or an Estimate read as plain data."""
     from minitorch import pipeline
 
+    kept: list = []
     if params.get("pieces", "grader") == "own":
         searches = own_cases.search_cases(seed)
-        return {"searches": [{"case": own_cases.key(index, case), **_returned(call_best_plan(pipeline.best_plan, case))}
+        return {"searches": [{"case": own_cases.key(index, case),
+                              **_returned(call_best_plan(pipeline.best_plan, case), index, kept)}
                              for index, case in enumerate(searches)]}
     estimate_class = provided("minitorch.cost_model").Estimate
     submitted = pipeline.estimate
@@ -38,7 +47,8 @@ def observe_best_plan(seed: int, params: dict) -> dict:
     try:
         for index, case in enumerate(stand_in.search_cases()):
             pipeline.estimate = stand_in.stand_in_estimate(seed, index, case, estimate_class)
-            entries.append({"case": stand_in.key(index, case), **_returned(call_best_plan(pipeline.best_plan, case))})
+            entries.append({"case": stand_in.key(index, case),
+                            **_returned(call_best_plan(pipeline.best_plan, case), index, kept)})
     finally:
         pipeline.estimate = submitted
     return {"searches": entries}

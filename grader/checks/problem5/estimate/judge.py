@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from grader.checks.judging import Fail, expect_cases
+from grader.checks.judging import Fail, Malformed, expect_cases
 from grader.checks.problem5.estimate.cases import key, plan_cases
 from grader.checks.problem5.expected import reference, step
 from grader.checks.problem5.judge_common import RELATIVE, close, describe, returned_estimate, value
@@ -66,16 +66,43 @@ def judge_communication(seed: int, params: dict, observation) -> None:
 
 
 def judge_kinds(seed: int, params: dict, observation) -> None:
-    """t, p, d and microbatches are ints (a bool is not one), every other field a float."""
+    """A new Estimate at each call; t, p, d and microbatches are ints (a bool is not one), every
+    other field a float."""
     judged = _entries(seed, observation, "estimate's kinds", raised_too=False)
     if not judged:
         raise Fail("estimate raised ValueError for every valid plan the grader tried: no Estimate to judge")
+    _judge_fresh(seed, observation)
     for _, got, call in judged:
         for field, found in got.items():
             wanted = "int" if field in COUNT_FIELDS else "float"
             if not _is_kind(found["kind"], wanted):
                 raise Fail(f"{call}: {field} = {found['value']!r} is of type {found['kind']}; the contract makes "
                            f"{'t, p, d and microbatches ints' if wanted == 'int' else 'every field but the counts a float'}")
+
+
+def _judge_fresh(seed: int, observation) -> None:
+    """A call repeated with equal arguments returns a new object, not the one the first call
+    returned (kept between calls). Where an object comes back for other arguments too, the kept
+    result is a wrong value: the criteria of the values judge that mistake, this one does not."""
+    cases = plan_cases(seed)
+    repeats = []
+    for index, (case, entry) in enumerate(zip(cases, observation["plans"])):
+        earlier = entry["same_as"]
+        if earlier is None:
+            continue
+        if type(earlier) is not int or not 0 <= earlier < index:
+            raise Malformed(f"estimate's kinds: case {index} came back naming case {earlier!r} as an earlier one")
+        if _arguments(cases[earlier]) != _arguments(case):
+            return
+        repeats.append(case)
+    if repeats:
+        raise Fail(f"{describe(repeats[0])} [{repeats[0]['name']}] returned the very Estimate object that the same "
+                   "call returned earlier: a result kept between calls; the contract keeps no state between calls, so "
+                   "each call returns a new Estimate")
+
+
+def _arguments(case: dict) -> tuple:
+    return tuple(repr(case[k]) for k in ("model", "cluster", "batch", "t", "p", "microbatch"))
 
 
 def _is_kind(kind: str, wanted: str) -> bool:

@@ -19,17 +19,24 @@ def call_estimate(estimate, case: dict):
 
 
 def record_estimates(seed: int) -> dict:
-    """Per case: what ``estimate`` returned (see ``read_estimate``), or the ValueError it raised.
-    Other exceptions propagate: the harness reports them with the student's traceback."""
+    """Per case: what ``estimate`` returned (see ``read_estimate``), or the ValueError it raised,
+    and ``same_as``: the index of an earlier case whose call returned the very same object (None
+    when none did). Other exceptions propagate: the harness reports them with the student's traceback."""
     from minitorch import pipeline
 
-    entries = []
+    entries: list[dict] = []
+    returned: list[tuple] = []  # (index, Estimate): kept alive, so no identity is reused
     for index, case in enumerate(plan_cases(seed)):
-        entry: dict = {"case": key(index, case), "raised": None}
+        entry: dict = {"case": key(index, case), "raised": None, "same_as": None}
         try:
-            entry.update(read_estimate(call_estimate(pipeline.estimate, case)))
+            result = call_estimate(pipeline.estimate, case)
         except ValueError as error:
             entry["raised"] = {"type": type(error).__name__, "message": str(error)[:300]}
+        else:
+            entry.update(read_estimate(result))
+            if entry["estimate"]:
+                entry["same_as"] = next((earlier for earlier, value in returned if value is result), None)
+                returned.append((index, result))
         entries.append(entry)
     return {"plans": entries}
 
