@@ -293,6 +293,8 @@ class _Scanner:
             dotted = self._root_import(owner) if isinstance(owner, (ast.Name, ast.Attribute)) else None
             if function in ("setattr", "delattr") and dotted is not None:
                 self.hits.append((node.lineno, f"assigns {dotted}.{getattr(name, 'value', '?')}"))
+            elif function in ("setattr", "delattr") and not isinstance(name, ast.Constant):
+                self.hits.append((node.lineno, f"{function} of a name built at run time"))
             if isinstance(name, ast.Constant) and isinstance(name.value, str):
                 self._allow_attribute(ast.Attribute(value=owner, attr=name.value, lineno=node.lineno), dotted is not None)
 

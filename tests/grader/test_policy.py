@@ -118,6 +118,9 @@ def test_the_allowlist_flags_what_the_homework_does_not_need(source, expected):
     ("import torch\nT, U = torch.Tensor, 1\nT.to = None\n", [(3, "assigns torch.Tensor.to")]),
     ("import torch\nT = type(torch.zeros(1))\nT.to = None\n", [(3, "assigns type(...).to")]),
     ("import torch\nx = torch.zeros(3)\nx.requires_grad = True\n", []),  # a tensor it made is its own
+    ("def f(g, h):\n    setattr(g, '__' + 'code' + '__', h)\n", [(2, "setattr of a name built at run time")]),
+    ("def f(g, name):\n    delattr(g, name)\n", [(2, "builtin delattr"), (2, "delattr of a name built at run time")]),
+    ("def f(g):\n    setattr(g, 'weight', None)\n", []),  # a name it spells out is read as such
 ])
 def test_the_scan_flags_what_rewrites_execution_and_aliases_it_resolves(source, expected):
     assert names(source) == expected
