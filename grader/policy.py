@@ -42,8 +42,12 @@ import builtins
 import re
 from dataclasses import asdict, dataclass
 
+from grader.bounded import TooSlow, bounded
+
 UNSCANNABLE = "(not scanned)"  # the name of the finding for a file the scan could not read
 FINDINGS_KEPT = 100  # findings a report lists (a file may repeat a forbidden name thousands of times)
+# A student file's scan takes milliseconds; one built to make it slow is reported unscanned, not waited for.
+SCAN_SECONDS = 10.0
 
 # Modules (and their submodules) the two student files may import: torch as the spec uses it
 # (the denylist still forbids torch.distributed.pipelining and torch.utils.checkpoint), the
@@ -124,13 +128,22 @@ class _Scanner:
         self.bound = bound  # every name the file binds (a local `open` is not the builtin)
         self.hits: list[tuple[int, str]] = []
 
+    def scan_file(self, tree: ast.AST) -> None:
+        """Scan a whole file: the names it binds first (a local ``open`` is not the builtin)."""
+        self.bound = _bound_names(tree)
+        self.scan(tree)
+
     def scan(self, tree: ast.AST) -> None:
         self._imports(tree)
         self._local_aliases(tree)
         stack = [tree]
         while stack:
             node = stack.pop()
-            if self._visit(node):
+            if isinstance(node, ast.Attribute):  # a whole chain at once: its links are not walked again
+                base = self._visit_chain(node)
+                if base is not None:
+                    stack.append(base)
+            elif self._visit(node):
                 stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
     def _imports(self, tree: ast.AST) -> None:
@@ -211,8 +224,6 @@ class _Scanner:
             for target in targets:
                 self._check_assignment(target)
             return True
-        if isinstance(node, ast.Attribute):
-            return self._visit_attribute(node)
         if isinstance(node, ast.Name):
             if node.id not in self.aliases:  # an imported module's bare name was flagged at the import
                 self._flag(node, node.id)
@@ -282,27 +293,28 @@ class _Scanner:
             dotted = self._root_import(owner) if isinstance(owner, (ast.Name, ast.Attribute)) else None
             if function in ("setattr", "delattr") and dotted is not None:
                 self.hits.append((node.lineno, f"assigns {dotted}.{getattr(name, 'value', '?')}"))
+            elif function in ("setattr", "delattr") and not isinstance(name, ast.Constant):
+                self.hits.append((node.lineno, f"{function} of a name built at run time"))
             if isinstance(name, ast.Constant) and isinstance(name.value, str):
                 self._allow_attribute(ast.Attribute(value=owner, attr=name.value, lineno=node.lineno), dotted is not None)
 
-    def _visit_attribute(self, node: ast.Attribute) -> bool:
-        if node.attr in self.attributes:
-            self.hits.append((node.lineno, "." + node.attr))
-        dotted = _dotted(node)
-        if dotted is not None:
-            root, _, rest = dotted.partition(".")
-            if root in self.aliases:
-                self._flag(node, self.aliases[root] + "." + rest)
-                for inner in rest.split(".")[:-1]:  # the chain's inner attributes (torch.sys.modules)
-                    if inner in self.attributes:
-                        self.hits.append((node.lineno, "." + inner))
-                chain: ast.expr = node
-                while isinstance(chain, ast.Attribute):  # every link of the chain, checked here once
-                    self._allow_attribute(chain, imported=True)
-                    chain = chain.value
-                return False  # the chain's inner nodes are the same use
-        self._allow_attribute(node, imported=False)
-        return True
+    def _visit_chain(self, node: ast.Attribute) -> ast.expr | None:
+        """Note an attribute chain (``a.b.c``) and each of its links, in one pass however long
+        the chain; the node below its links that still needs a look (``f()`` of ``f().b``), if any."""
+        links: list[ast.Attribute] = []
+        base: ast.expr = node
+        while isinstance(base, ast.Attribute):
+            links.append(base)
+            base = base.value
+        imported = isinstance(base, ast.Name) and base.id in self.aliases
+        if imported:
+            assert isinstance(base, ast.Name)
+            self._flag(node, ".".join([self.aliases[base.id], *(link.attr for link in reversed(links))]))
+        for link in links:
+            if link.attr in self.attributes:
+                self.hits.append((node.lineno if imported else link.lineno, "." + link.attr))
+            self._allow_attribute(link, imported=imported)
+        return None if imported else base
 
 
 def _bindings(node: ast.AST) -> list[tuple[str, ast.AST]]:
@@ -379,8 +391,11 @@ def scan_source(name: str, source: bytes | str, forbidden: tuple[str, ...]) -> l
         return encoding  # the criteria report the error itself; nothing else here to review
     except (RecursionError, MemoryError) as error:  # "too complex to parse": nested too deep
         return [*encoding, Finding(name, 0, UNSCANNABLE, f"the file could not be scanned ({type(error).__name__})")]
-    scanner = _Scanner(tuple(forbidden), _bound_names(tree))
-    scanner.scan(tree)
+    scanner = _Scanner(tuple(forbidden))
+    try:
+        bounded(lambda: scanner.scan_file(tree), SCAN_SECONDS)
+    except TooSlow:
+        return [*encoding, Finding(name, 0, UNSCANNABLE, f"the file could not be scanned within {SCAN_SECONDS:g} s")]
     lines = text.splitlines()
     seen, findings = set(), list(encoding)
     for line, entry in sorted(scanner.hits):

@@ -129,15 +129,28 @@ def _content(value) -> object:
     return None
 
 
+def _function_parts(value) -> tuple[int, int, int] | None:
+    """The identities of what a Python function runs (its code, its defaults): a function whose
+    code object is swapped keeps its own identity. None for anything else."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if type(value) is not types.FunctionType:
+        return None
+    return id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__)
+
+
 def _namespace_ids(prefix: str, namespace, seen: dict, contents: bool = False) -> None:
     """Every attribute of a module, or of a class as its instances see it (through its bases:
-    ``torch.Tensor.to = ...`` shadows ``TensorBase.to``, which is what the checks call);
-    with ``contents``, also what its containers hold."""
+    ``torch.Tensor.to = ...`` shadows ``TensorBase.to``, which is what the checks call), and
+    what each Python function among them runs; with ``contents``, also what its containers hold."""
     found: dict = {}
     for scope in reversed(namespace.__mro__) if isinstance(namespace, type) else (namespace,):
         found.update(vars(scope))
     for attribute, value in found.items():
         seen[f"{prefix}.{attribute}"] = id(value)
+        parts = _function_parts(value)
+        if parts is not None:
+            seen[f"{prefix}.{attribute}.__code__"] = parts
         if contents and _content(value) is not None:
             seen[f"{prefix}.{attribute}[...]"] = _content(value)
 
@@ -163,7 +176,10 @@ def identities(watched: dict[str, types.ModuleType]) -> dict[str, object]:
             if isinstance(value, type) and value.__module__ == name:
                 _namespace_ids(f"{name}.{attribute}", value, seen, contents)
     for path in WATCHED_TORCH:
-        seen[f"torch.{path}"] = id(_lookup(torch, path))
+        function = _lookup(torch, path)
+        seen[f"torch.{path}"] = id(function)
+        if _function_parts(function) is not None:
+            seen[f"torch.{path}.__code__"] = _function_parts(function)
     for prefix, namespace in (("torch.Tensor", torch.Tensor), ("time", time)):
         _namespace_ids(prefix, namespace, seen)
     for name in WATCHED_THREADING:

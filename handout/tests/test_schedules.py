@@ -340,12 +340,14 @@ def test_bit_identical_with_a_repeated_module(case, segments):
 @pytest.mark.problem_4_3
 @pytest.mark.criterion("4.3-bit-identical")
 @pytest.mark.parametrize("case", ["tuple", "ModuleList", "frozen", "no parameters", "float32 1-D", "non-contiguous 3-D",
-                                  "second call"])
+                                  "second call", "a parameter its forward does not use"])
 def test_bit_identical_for_what_the_contract_allows(case):
     layers = tanh_dropout_layers(4, dtype=torch.float32 if "float32" in case else torch.float64)
     x = torch.randn(5, 12, dtype=torch.float64)
     passed = list(layers)
-    if case == "tuple":
+    if case == "a parameter its forward does not use":  # autograd finds no path to it: no gradient
+        layers[1].register_parameter("spare", nn.Parameter(torch.randn(12, dtype=torch.float64)))
+    elif case == "tuple":
         passed = tuple(layers)
     elif case == "ModuleList":
         passed = nn.ModuleList(layers)
@@ -362,6 +364,32 @@ def test_bit_identical_for_what_the_contract_allows(case):
     plain = run_and_backward(layers, x, lambda ls, h: run_layers(passed, h))
     mine = run_and_backward(layers, x, lambda ls, h: checkpoint_sequential(passed, h, 2))
     assert_bit_identical(plain, mine, f"4 layers, segments=2, {case}")
+
+
+@pytest.mark.problem_4_3
+@pytest.mark.criterion("4.3-bit-identical")
+def test_bit_identical_for_an_input_that_is_not_a_leaf():
+    layers = tanh_dropout_layers(4)
+    x = torch.randn(5, 12, dtype=torch.float64)
+    plain, mine = (run_on_a_non_leaf(layers, x, run)
+                   for run in (run_layers, lambda ls, h: checkpoint_sequential(ls, h, 2)))
+    assert_bit_identical(plain, mine, "4 layers, segments=2, an input that is an earlier layer's output and retains its "
+                                      "gradient (autograd gives it that gradient once)")
+
+
+def run_on_a_non_leaf(layers, x, run):
+    """``run_and_backward`` with ``run`` given an earlier layer's output (``2 * x``: not a
+    leaf) that retains its gradient; that gradient is recorded too."""
+    given = []
+
+    def on_a_non_leaf(layers, leaf):
+        hidden = leaf * 2
+        hidden.retain_grad()
+        given.append(hidden)
+        return run(layers, hidden)
+
+    result = run_and_backward(layers, x, on_a_non_leaf)
+    return {**result, "grad of the input (2 * x)": given[0].grad}
 
 
 @pytest.mark.problem_4_3

@@ -118,6 +118,9 @@ def test_the_allowlist_flags_what_the_homework_does_not_need(source, expected):
     ("import torch\nT, U = torch.Tensor, 1\nT.to = None\n", [(3, "assigns torch.Tensor.to")]),
     ("import torch\nT = type(torch.zeros(1))\nT.to = None\n", [(3, "assigns type(...).to")]),
     ("import torch\nx = torch.zeros(3)\nx.requires_grad = True\n", []),  # a tensor it made is its own
+    ("def f(g, h):\n    setattr(g, '__' + 'code' + '__', h)\n", [(2, "setattr of a name built at run time")]),
+    ("def f(g, name):\n    delattr(g, name)\n", [(2, "builtin delattr"), (2, "delattr of a name built at run time")]),
+    ("def f(g):\n    setattr(g, 'weight', None)\n", []),  # a name it spells out is read as such
 ])
 def test_the_scan_flags_what_rewrites_execution_and_aliases_it_resolves(source, expected):
     assert names(source) == expected
@@ -228,3 +231,35 @@ def balance_stages(costs: Sequence[float], num_stages: int) -> list[int]:
 @pytest.mark.parametrize("source", CORRECT_VARIANTS, ids=["threads-and-queues", "collectives-and-dataclasses", "planning"])
 def test_correct_code_written_another_way_raises_no_finding(source):
     assert names(source) == []
+
+
+def test_long_attribute_chains_are_scanned_in_time_linear_in_their_length():
+    """A chain ``value.a.a...`` thousands deep is read once, not once per link (the red-team
+    round's megabyte of such chains took minutes): it costs no more than as many links in short
+    chains cost (CPU time, compared in one run), and a forbidden link inside a chain is found."""
+    import time
+
+    def cpu_seconds(source: str) -> float:
+        started = time.process_time()
+        assert scan_source("pipeline.py", source, ()) == []
+        return time.process_time() - started
+
+    deep = "".join(f"def unused_{n}(value):\n    return value{'.a' * 1800}\n" for n in range(30))
+    flat = "".join(f"def unused_{n}(value):\n    return value{'.a' * 10}\n" for n in range(30 * 180))
+    assert cpu_seconds(deep) < 1.5 * cpu_seconds(flat) + 0.2  # quadratic: about 5 times the flat cost
+    inside = scan_source("pipeline.py", "def f(x):\n    return x" + ".a" * 600 + ".__globals__" + ".b" * 300 + "\n", ())
+    assert [f.name for f in inside] == ["attribute __globals__"]
+
+
+def test_a_scan_that_runs_past_its_bound_is_reported_unscanned(monkeypatch):
+    from grader import policy
+
+    monkeypatch.setattr(policy, "SCAN_SECONDS", 0.2)
+    monkeypatch.setattr(policy._Scanner, "scan", lambda self, tree: time_passes())
+    findings = scan_source("pipeline.py", "x = 1\n", ())
+    assert [(f.name, f.code) for f in findings] == [(policy.UNSCANNABLE, "the file could not be scanned within 0.2 s")]
+
+
+def time_passes() -> None:
+    while True:
+        pass

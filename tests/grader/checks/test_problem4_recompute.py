@@ -74,7 +74,7 @@ def test_stub_raises_not_implemented(criterion, student):
 
 def make_checkpoint(replay_rng=True, restore_rng=True, recompute_times=1, forward_times=1, modules_only=False,
                     segment_count=None, frozen_aware=True, input_on_ctx=False, reentrant=False, zero_first=False,
-                    unfreeze=False, repeated_params=False):
+                    unfreeze=False, allow_unused=True, detach_input=True, repeated_params=False):
     """A hand-written checkpoint with one deliberate defect switched on."""
 
     class Segment(torch.autograd.Function):
@@ -93,7 +93,9 @@ def make_checkpoint(replay_rng=True, restore_rng=True, recompute_times=1, forwar
         @staticmethod
         def backward(ctx, grad):
             x, *params = (ctx.x, *ctx.saved_tensors) if input_on_ctx else ctx.saved_tensors
-            x = x.detach().requires_grad_(ctx.needs_input_grad[1] or not frozen_aware)
+            if detach_input:
+                x = x.detach()
+            x = x.requires_grad_(ctx.needs_input_grad[1] or not frozen_aware)
             before = torch.get_rng_state()
             if replay_rng:
                 torch.set_rng_state(ctx.state)
@@ -108,7 +110,7 @@ def make_checkpoint(replay_rng=True, restore_rng=True, recompute_times=1, forwar
             if reentrant or zero_first:
                 return _backward_through_grad_fields(ctx, out, grad, x, params, zero_first)
             wanted = [t for t in (x, *params) if t.requires_grad or not frozen_aware]
-            grads = iter(torch.autograd.grad(out, wanted, grad))
+            grads = iter(torch.autograd.grad(out, wanted, grad, allow_unused=allow_unused))
             return (None, *(next(grads) if t.requires_grad or not frozen_aware else None for t in (x, *params)))
 
     def checkpoint_sequential(layers, x, segments=None):
@@ -152,6 +154,45 @@ def test_layers_taken_for_modules_fail_bit_identity(student):
     student(make_checkpoint(modules_only=True))
     with pytest.raises(AttributeError, match="parameters"):  # the student's own exception, with their frames
         run_check("4.3-bit-identical")
+
+
+def test_a_parameter_the_segment_does_not_use_fails_bit_identity(student):
+    """torch.autograd.grad without allow_unused: the case with a parameter no forward uses."""
+    student(make_checkpoint(allow_unused=False))
+    with pytest.raises(RuntimeError, match="not have been used in the graph"):  # the student's own exception
+        run_check("4.3-bit-identical")
+
+
+def test_the_callers_input_recomputed_undetached_fails_bit_identity_only(student):
+    """The saved input recomputed from and differentiated as it is, not a detached copy: the
+    gradient of an input that is not a leaf reaches it twice (the inner torch.autograd.grad
+    runs its hooks too)."""
+    student(make_checkpoint(detach_input=False))
+    fails("4.3-bit-identical", r"an input that is not a leaf .*: grad of x is not bit-identical to the plain run")
+    passes_all_but("4.3-bit-identical")
+
+
+def test_outputs_cached_on_the_arguments_fail_bit_identity(student):
+    """State across calls: the output of an earlier call with equal arguments handed out again."""
+    checkpoint_sequential, cache = answer("checkpoint_sequential"), {}
+
+    def cached(layers, x, segments=None):
+        key = repr((layers, x, segments))
+        if key not in cache:
+            cache[key] = checkpoint_sequential(layers, x, segments)
+        return cache[key]
+
+    student(cached)
+    fails("4.3-bit-identical", r"the same call made once before, forward and backward, then the parameters changed by "
+                               r"an optimizer step .*: it returned the very tensor the same call returned before")
+
+
+def test_an_output_without_grad_fails_bit_identity_on_its_requires_grad(student):
+    """A detached output: every case is still observed (the call made twice included) and the
+    judge says what is wrong, on the first case."""
+    checkpoint_sequential = answer("checkpoint_sequential")
+    student(lambda layers, x, segments=None: checkpoint_sequential(layers, x, segments).detach())
+    fails("4.3-bit-identical", r"\(case 0, seed 1234\): the output has requires_grad=False; the plain run's has True")
 
 
 def test_ceil_instead_of_round_for_the_default_fails_count(student):

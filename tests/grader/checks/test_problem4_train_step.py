@@ -209,6 +209,21 @@ def test_a_schedule_cached_by_devices_and_chunks_fails_the_second_step(student):
           r"the returned report)")
 
 
+def test_a_step_cached_on_its_arguments_fails_the_same_step_again(student):
+    """State across calls: the report of an earlier call with equal arguments handed out again,
+    the second step never run."""
+    train_step, cache = answer("train_step"), {}
+
+    def caching(*arguments):
+        key = repr(arguments)
+        if key not in cache:
+            cache[key] = train_step(*arguments)
+        return cache[key]
+
+    student("train_step", caching)
+    fails(r"1 devices x 2 chunks, M = 3, then again on the same stages with M = 3: device 0 ran")
+
+
 def test_a_report_of_its_own_fails(student):
     @dataclasses.dataclass
     class Report:

@@ -15,14 +15,20 @@ class RecomputeCase:
 
     ``kind``: "grader" (the grader's layer: linear, tanh, dropout), "frozen" (every other
     one with frozen parameters), "no-params" (modules without parameters), "functions"
-    (every ``function_every``-th layer a plain callable), "shared" (a module twice in a row, a
-    weight of two modules, a module in two segments: ``layers.shared_layers``). ``input_grad``: whether the input
-    requires grad. ``shape``: the input's leading dims (the last is WIDTH). ``dtype``,
-    ``transposed`` (a non-contiguous input), ``container`` (how the layers are passed),
-    ``warm_up`` (the same layers were used once before with another input shape and segment
-    count), ``keyword`` (segments passed as ``segments=``), ``accumulate`` (gradients already
-    there before the backward) and ``via_grad`` (gradients taken with ``torch.autograd.grad``,
-    which must leave every ``.grad`` alone) are the other things the contract allows."""
+    (every ``function_every``-th layer a plain callable), "unused" (every other layer holds
+    a parameter its forward never uses: the plain run gives it no gradient), "shared" (a
+    module twice in a row, a weight of two modules, a module in two segments:
+    ``layers.shared_layers``). ``input_grad``:
+    whether the input requires grad; ``non_leaf``: the input is computed from another
+    tensor (the output of an earlier layer) and retains its gradient. ``shape``: the
+    input's leading dims (the last is WIDTH). ``dtype``, ``transposed`` (a non-contiguous
+    input), ``container`` (how the layers are passed), ``warm_up`` (the same layers were
+    used once before with another input shape and segment count), ``repeat`` (the very
+    same call was made once before, forward and backward, and an optimizer step has
+    changed the parameters since), ``keyword`` (segments passed as ``segments=``),
+    ``accumulate`` (gradients already there before the backward) and ``via_grad``
+    (gradients taken with ``torch.autograd.grad``, which must leave every ``.grad`` alone)
+    are the other things the contract allows."""
 
     layers: int
     segments: int | None
@@ -38,15 +44,20 @@ class RecomputeCase:
     keyword: bool = False
     accumulate: bool = False
     via_grad: bool = False
+    non_leaf: bool = False
+    repeat: bool = False
 
     def describe(self) -> str:
         words = [f"{self.layers} layers, segments={self.segments}, dropout p={self.dropout}"]
         words += {"frozen": ["every other layer frozen"], "no-params": ["modules without parameters"],
                   "functions": [f"every {self.function_every}. layer a plain function"],
+                  "unused": ["every other layer with a parameter its forward does not use"],
                   "shared": ["a module repeated (twice in a row, and in the first and the last segment), a "
                              "weight shared by two modules"]}.get(self.kind, [])
         if not self.input_grad:
             words.append("an input that does not require grad")
+        if self.non_leaf:
+            words.append("an input that is not a leaf (computed from another tensor) and retains its gradient")
         if self.shape != (BATCH,) or self.dtype != "float64" or self.transposed:
             layout = "non-contiguous " if self.transposed else ""
             words.append(f"a {layout}{self.dtype} input of shape {(*self.shape, WIDTH)}")
@@ -54,6 +65,9 @@ class RecomputeCase:
             words.append(f"layers passed as a {self.container}")
         if self.warm_up:
             words.append("the layers used once before with another input shape and segment count")
+        if self.repeat:
+            words.append("the same call made once before, forward and backward, then the parameters changed by an "
+                         "optimizer step")
         if self.accumulate:
             words.append("gradients already there from an earlier backward")
         if self.via_grad:
@@ -77,6 +91,9 @@ RECOMPUTE_CASES = [
     RecomputeCase(6, 3, 0.2, accumulate=True, keyword=True, warm_up=True),
     RecomputeCase(6, 2, 0.2, kind="frozen", via_grad=True, container="ModuleList"),
     RecomputeCase(5, 5, 0.1, dtype="float32", shape=(1,), accumulate=True, input_grad=False),
+    RecomputeCase(6, 2, 0.2, kind="unused"),  # autograd finds no path to those parameters
+    RecomputeCase(5, 2, 0.2, non_leaf=True),  # x's gradient reaches it once, through the first segment
+    RecomputeCase(6, 3, 0.2, repeat=True),  # a second training step on the same batch: nothing kept from the first
     # the same module twice in one segment (the smallest), in two segments; a weight in two modules
     RecomputeCase(2, 1, 0.0, kind="shared"), RecomputeCase(2, 2, 0.2, kind="shared"),
     RecomputeCase(6, 2, 0.2, kind="shared", container="ModuleList", accumulate=True),
@@ -103,9 +120,10 @@ def recompute_cases(seed: int) -> list:
 
 
 MEMORY_CASES = [0, 1, 2]  # indices into RECOMPUTE_CASES with 2 <= segments < layers
-# The grader's own layers with an input that requires grad: plain functions, other kinds of
-# layers and inputs without grad are 4.3-bit-identical's concern, not this criterion's
-COUNT_CASES = [index for index, case in enumerate(RECOMPUTE_CASES) if case.kind == "grader" and case.input_grad]
+# The grader's own layers with a leaf input that requires grad: plain functions, other kinds of
+# layers, other inputs and repeated calls are 4.3-bit-identical's concern, not this criterion's
+COUNT_CASES = [index for index, case in enumerate(RECOMPUTE_CASES)
+               if case.kind == "grader" and case.input_grad and not case.non_leaf and not case.repeat]
 # 4.3-caller-unchanged: (label, input requires grad, every other layer frozen, segments)
 CALLER_CASES = [
     ("an input that does not require grad", False, False, 2),

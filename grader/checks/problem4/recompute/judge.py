@@ -11,7 +11,7 @@ from grader.checks.compare import difference
 from grader.checks.judging import Fail, expect_cases
 from grader.checks.problem4.one_thread import single_threaded
 from grader.checks.problem4.recompute import cases as table
-from grader.checks.problem4.recompute.layers import build_case, plain_forward
+from grader.checks.problem4.recompute.layers import build_case, optimizer_step, plain_forward
 from grader.checks.problem4.recompute.measure import measure
 from grader.checks.problem4.recompute.runs import plain_run
 
@@ -63,6 +63,9 @@ def _reference_agrees(ours: dict, theirs: dict, what: str) -> None:
 
 def _compare(plain: dict, mine: dict, what: str, dropout: float) -> None:
     hint = " (are the random numbers of the forward drawn again in backward?)" if dropout else ""
+    if mine["handed_out_again"] is True:
+        raise Fail(f"{what}: it returned the very tensor the same call returned before; each call computes its "
+                   "output afresh, from the layers as they are now")
     why = _bits(mine["output"], plain["output"])
     if why:
         raise Fail(f"{what}: the output is not bit-identical to the plain run: it {why}")
@@ -102,6 +105,8 @@ def judge_bit_identical(seed: int, params: dict, observation) -> None:
     for index, entry in enumerate(entries):
         case = cases[index]
         layers, x, rng_seed = build_case(seed, index)
+        if case.repeat:
+            optimizer_step(layers)  # as the child's did after the same call before
         what = f"{case.describe()} (case {index}, seed {seed})"
         _reference_agrees(plain_run(layers, x, rng_seed, case), entry["plain"], what)
         _compare(entry["plain"], entry["student"], what, case.dropout)

@@ -42,13 +42,17 @@ class PlainFunction:
 
 
 class GraderLayer(nn.Module):
-    """``dropout(tanh(x @ weight + bias))``: a layer the grader builds, hooks and counts."""
+    """``dropout(tanh(x @ weight + bias))``: a layer the grader builds, hooks and counts. With
+    ``spare``, it also holds a parameter its forward never uses (one of a model's heads that
+    this pass does not run): autograd finds no path to it."""
 
-    def __init__(self, generator: torch.Generator, dropout: float, dtype: torch.dtype):
+    def __init__(self, generator: torch.Generator, dropout: float, dtype: torch.dtype, spare: bool = False):
         super().__init__()
         scale = 1 / math.sqrt(WIDTH)
         self.weight = nn.Parameter(torch.randn(WIDTH, WIDTH, generator=generator, dtype=dtype) * scale)
         self.bias = nn.Parameter(torch.randn(WIDTH, generator=generator, dtype=dtype) * scale)
+        if spare:
+            self.spare = nn.Parameter(torch.randn(WIDTH, generator=generator, dtype=dtype) * scale)
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -124,7 +128,7 @@ def build_case(seed: int, index: int, case: RecomputeCase | None = None):
         elif case.kind == "no-params":
             layers.append(ParameterFreeLayer(case.dropout))
         else:
-            layer = GraderLayer(generator, case.dropout, dtype)
+            layer = GraderLayer(generator, case.dropout, dtype, spare=case.kind == "unused" and i % 2 == 0)
             if case.kind == "frozen" and i % 2 == 0:
                 layer.requires_grad_(False)
             layers.append(layer)
@@ -134,6 +138,25 @@ def build_case(seed: int, index: int, case: RecomputeCase | None = None):
     else:
         x = torch.randn(shape, generator=generator, dtype=dtype)
     return layers, x.requires_grad_(case.input_grad), seed * 100 + index + 1
+
+
+def given_input(x: torch.Tensor, case: RecomputeCase) -> torch.Tensor:
+    """The tensor a run is given: ``x`` itself or, for ``case.non_leaf``, a new non-leaf copy
+    of it that retains its gradient (the output of an earlier layer, made afresh for each run)."""
+    if not case.non_leaf:
+        return x
+    copy = x.clone()
+    copy.retain_grad()
+    return copy
+
+
+def optimizer_step(layers) -> None:
+    """What a ``repeat`` case does between the two calls: every parameter that requires grad
+    moves by a fixed ramp (the same on both sides, whatever the gradients were)."""
+    with torch.no_grad():
+        for parameter in parameters(layers):
+            if parameter.requires_grad:
+                parameter.add_(torch.linspace(-0.25, 0.25, parameter.numel(), dtype=parameter.dtype).view(parameter.shape))
 
 
 def preset_gradients(layers, x) -> None:

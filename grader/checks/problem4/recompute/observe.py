@@ -17,6 +17,8 @@ from grader.checks.problem4.recompute.layers import (
     GraderLayer,
     as_passed,
     build_case,
+    given_input,
+    optimizer_step,
     parameters,
     preset_gradients,
 )
@@ -72,16 +74,35 @@ def _call(student, layers, x, segments, keyword: bool = False):
     return student_tensor(output, "checkpoint_sequential")
 
 
+def _backward(output) -> None:
+    """An earlier call's backward; an output without grad is the judge's to word, on the
+    case itself, not a crash of this earlier call."""
+    if output.requires_grad:
+        output.sum().backward()
+
+
 def _warm_up(student, layers, case: table.RecomputeCase) -> None:
     """Use the layers once with another input shape and segment count, then forget the grads
     and put back which parameters are frozen: a call that changes that is
     4.3-caller-unchanged's concern, not this run's."""
     frozen = [(parameter, parameter.requires_grad) for parameter in parameters(layers)]
     x = torch.randn(3, 1, WIDTH, dtype=getattr(torch, case.dtype), requires_grad=True)
-    _call(student, as_passed(layers, case), x, len(layers)).sum().backward()
+    _backward(_call(student, as_passed(layers, case), x, len(layers)))
     for parameter, requires_grad in frozen:
         parameter.grad = None
         parameter.requires_grad_(requires_grad)
+
+
+def _same_call_before(student, layers, x, case: table.RecomputeCase):
+    """The very same call once before, forward and backward, then an optimizer step and the
+    gradients forgotten: the case's call is then a second training step on the same batch.
+    Returns what that call returned."""
+    earlier = _call(student, as_passed(layers, case), x, case.segments, case.keyword)
+    _backward(earlier)
+    optimizer_step(layers)
+    for tensor in [x, *parameters(layers)]:
+        tensor.grad = None
+    return earlier
 
 
 @single_threaded
@@ -93,6 +114,7 @@ def observe_bit_identical(seed: int, params: dict) -> dict:
     with _torch_checkpoint_refused(used):
         for index, case in enumerate(table.recompute_cases(seed)):
             layers, x, rng_seed = build_case(seed, index)
+            earlier = _same_call_before(student, layers, x, case) if case.repeat else None
             plain = plain_run(layers, x, rng_seed, case)
             for tensor in [x, *parameters(layers)]:
                 tensor.grad = None
@@ -101,8 +123,9 @@ def observe_bit_identical(seed: int, params: dict) -> dict:
             if case.accumulate:
                 preset_gradients(layers, x)
             torch.manual_seed(rng_seed)
-            output = _call(student, as_passed(layers, case), x, case.segments, case.keyword)
-            results.append({"case": index, "plain": plain, "student": finish(layers, x, output, case)})
+            given = given_input(x, case)
+            output = _call(student, as_passed(layers, case), given, case.segments, case.keyword)
+            results.append({"case": index, "plain": plain, "student": finish(layers, given, output, case, earlier)})
     return {"cases": results, "torch_checkpoint": used}
 
 

@@ -42,10 +42,11 @@ class TrainCase:
         return [self.microbatches] + ([] if self.then is None else [self.then])
 
 
-CASES = [  # v = 1 with M < K, M = K, M not a multiple of K; the smallest; every container
+CASES = [  # v = 1 with M < K, M = K, M not a multiple of K; the smallest; every container; a step
+    # again with another M and with the same M (the very same call: nothing kept from the first)
     TrainCase(2, 1, 4), TrainCase(3, 1, 5, container="tuple"), TrainCase(4, 1, 2, preset=True),
     TrainCase(2, 2, 4, container="ModuleList"), TrainCase(3, 2, 3), TrainCase(2, 3, 2, preset=True),
-    TrainCase(1, 1, 1), TrainCase(1, 2, 3), TrainCase(2, 1, 3, then=5), TrainCase(2, 2, 2, then=4, preset=True),
+    TrainCase(1, 1, 1), TrainCase(1, 2, 3, then=3), TrainCase(2, 1, 3, then=5), TrainCase(2, 2, 2, then=4, preset=True),
     TrainCase(3, 1, 3, rows=3),  # batch = M: one row per microbatch
 ]
 # (label, devices, number of stages, M): the step must raise (not return, not hang)
