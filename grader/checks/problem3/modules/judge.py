@@ -34,11 +34,11 @@ def judge_module(seed: int, params: dict, observation, part: str) -> None:
                            "output", o["drawn"], drawn)
             expect_outcome(f"t={t}, rank {r}: {WHAT[part].split()[0]} built from float32 master tensors, on a float32 "
                            "input: output", o["float32"], float32)
-            judge_more_sizes(f"t={t}, rank {r}: {WHAT[part].split()[0]}", o, part, seed, r, t)
             if t > 1:
                 judge_matrices(where, o, part, t)
                 expect_budget(where, t, o["log"], "forward", ALL_REDUCES[part] * VOLUME["all_reduce"](t) * N,
                               f"the elements of {ALL_REDUCES[part]} all-reduce(s) of the [{S}, {B}, {H}] activation")
+            judge_more_sizes(f"t={t}, rank {r}: {WHAT[part].split()[0]}", o, part, seed, r, t)
 
 
 def judge_more_sizes(where: str, o, part: str, seed: int, r: int, t: int) -> None:
