@@ -4,8 +4,9 @@ run's ``seed``. Nothing here is an expected value, a threshold or a message.
 
 Sizes are divisible by 4, so every world size the checks use (1, 2, 4) splits them. The
 deterministic edge cases (the first and last id of every rank's vocabulary range, a logit too
-large for ``exp``, a tie between two ranks' largest logits, a batch of one sequence, the
-smallest sequence block) are built in, on every seed; the seed draws the values around them.
+large for ``exp``, one far above the others of its token, a tie between two ranks' largest
+logits, a batch of one sequence, the smallest sequence block) are built in, on every seed; the
+seed draws the values around them.
 """
 from __future__ import annotations
 
@@ -164,6 +165,7 @@ def vocab_data(seed: int) -> dict[str, torch.Tensor]:
     ids.view(-1)[: len(edges)] = torch.tensor(edges)
     logits = rand(g, S, B, VOCAB, scale=3.0)
     logits[1, 0] += 800.0  # exp() overflows without subtracting the max
+    logits[3, 0, VOCAB // 2 + 1] += 1000.0  # ... and subtracting any other value (the minimum) than the max
     logits[2, 1, 0] = logits[2, 1, VOCAB - 1] = float(logits[2, 1].max()) + 1.0  # a tie between the first and last rank
     return {"table": rand(g, VOCAB, H), "ids": ids, "grad": rand(g, S, B, H),
             "logits": logits, "loss_grad": rand(g, S, B), "ids2": torch.randint(0, VOCAB, (IDS2,), generator=g)}
