@@ -664,3 +664,14 @@ def test_one_vocabulary_row_per_rank_fails_an_embedding_that_indexes_row_one(mon
     monkeypatch.setattr(tp.VocabParallelEmbedding, "forward", forward)
     fails("embedding", "VocabParallelEmbedding(2, 16) (one row per rank) from a float32 table: output: your code "
                        "raised", world_sizes=[2])
+
+
+def test_a_loss_backward_whose_second_run_raises_fails_caller_unchanged(monkeypatch):
+    def backward(ctx, grad_output):  # the saved softmax itself becomes the gradient: autograd sees the change
+        softmax, local_target, outside = ctx.saved_tensors
+        softmax.scatter_add_(-1, local_target.unsqueeze(-1), -(~outside).to(softmax.dtype).unsqueeze(-1))
+        return softmax * grad_output.unsqueeze(-1), None
+
+    monkeypatch.setattr(tp._VocabParallelCrossEntropy, "backward", staticmethod(backward))
+    fails("caller_unchanged", "vocab_parallel_cross_entropy: a second backward through the same graph "
+                              "(retain_graph=True) raised RuntimeError", world_sizes=[1])
