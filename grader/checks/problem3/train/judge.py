@@ -46,8 +46,8 @@ def judge_train(seed: int, params: dict, observation) -> None:
                            "docstring says): the mean loss", o["drawn"], drawn)
             if t == 1:
                 expect_outcome(f"ParallelLanguageModel{TINY} (sizes of one are sizes too; with one vocabulary entry "
-                               "every loss is 0), dtype=torch.float64: the mean loss", o["tiny"],
-                               torch.zeros((), dtype=cases.DTYPE))
+                               "every loss is 0), dtype=torch.float32: the mean loss", o["tiny"],
+                               torch.zeros((), dtype=torch.float32))
 
 
 def dense_drawn_loss(seed: int) -> torch.Tensor:

@@ -3,8 +3,8 @@ master tensors (a non-default ``eps``) and train it with ``train_language_model`
 calls (two steps, then one), each call's batches an iterator that is not a list (each step's
 collectives tagged with its step); then the held-out loss under ``torch.no_grad()``, what
 ``.grad`` was left behind, a model drawn from a seed without master tensors, and (t = 1) one
-with sizes of one. With the student's own pieces first; in the fallback's second run, the
-grader's 3.1-3.5 pieces under the student's model and training loop."""
+with sizes of one, in float32. With the student's own pieces first; in the fallback's second
+run, the grader's 3.1-3.5 pieces under the student's model and training loop."""
 from __future__ import annotations
 
 import torch
@@ -70,7 +70,7 @@ def rank_train(rank: int, t: int, seed: int, params: dict) -> dict:
             tiny = torch.zeros(3, 2, dtype=torch.int64)
             with torch.no_grad():
                 result["tiny"] = ranks.outcome(lambda: tp.ParallelLanguageModel(
-                    *TINY, seed=DRAWN_SEED, dtype=cases.DTYPE)(tiny, tiny.clone()))
+                    *TINY, seed=DRAWN_SEED, dtype=torch.float32)(tiny, tiny.clone()))
     result["log"] = recorder.taken()
     return result
 
