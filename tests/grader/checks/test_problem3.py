@@ -675,3 +675,11 @@ def test_a_loss_backward_whose_second_run_raises_fails_caller_unchanged(monkeypa
     monkeypatch.setattr(tp._VocabParallelCrossEntropy, "backward", staticmethod(backward))
     fails("caller_unchanged", "vocab_parallel_cross_entropy: a second backward through the same graph "
                               "(retain_graph=True) raised RuntimeError", world_sizes=[1])
+
+
+def test_a_shard_remembered_by_its_masters_repr_fails_column_row(monkeypatch):
+    original, remembered = tp.ColumnParallelLinear.shard, {}
+    monkeypatch.setattr(tp.ColumnParallelLinear, "shard", lambda self, master: remembered.setdefault(
+        repr(master), original(self, master)))
+    fails("column_row", "ColumnParallelLinear's weight, after another layer built from the same master tensors had "
+                        "its parameters changed in place", world_sizes=[1])
