@@ -9,7 +9,16 @@ import torch.nn.functional as F
 from grader.checks.judging import Fail
 from grader.checks.problem3 import cases, expected_dense
 from grader.checks.problem3.cases import TOKENS, VOCAB, B, S
-from grader.checks.problem3.judge_tools import describe, expect, expect_collectives, expect_kind, expect_outcome, one_thread, phase_log, world_sizes
+from grader.checks.problem3.judge_tools import (
+    describe,
+    expect,
+    expect_collectives,
+    expect_kind,
+    expect_outcome,
+    one_thread,
+    phase_log,
+    world_sizes,
+)
 from grader.checks.problem3.judge_vocab import expect_per_token
 
 FEW_SCALARS = 4  # per token and collective: "a few scalars per token"; VOCAB / t is 12 or more
