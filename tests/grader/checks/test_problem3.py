@@ -681,5 +681,5 @@ def test_a_shard_remembered_by_its_masters_repr_fails_column_row(monkeypatch):
     original, remembered = tp.ColumnParallelLinear.shard, {}
     monkeypatch.setattr(tp.ColumnParallelLinear, "shard", lambda self, master: remembered.setdefault(
         repr(master), original(self, master)))
-    fails("column_row", "ColumnParallelLinear's weight, after another layer built from the same master tensors had "
+    fails("column_row", "ColumnParallelLinear's weight, after another layer built from equal master tensors had "
                         "its parameters changed in place", world_sizes=[1])

@@ -59,8 +59,8 @@ def judge_column_row(seed: int, params: dict, observation) -> None:
                                 ("row", (cases.column_block(m["row.weight"], r, t), m["row.bias"]))):
                 for parameter, value in zip(("weight", "bias"), shard):
                     expect(f"{where}: {'Column' if name == 'column' else 'Row'}ParallelLinear's {parameter}, after "
-                           "another layer built from the same master tensors had its parameters changed in place "
-                           "(each layer holds its own copies)", o["independent"][name].get(parameter), value, SHARD)
+                           "another layer built from equal master tensors had its parameters changed in place "
+                           "(each layer holds its own parameters: nothing is kept between calls)", o["independent"][name].get(parameter), value, SHARD)
             if t > 1:
                 judge_refusals_and_budgets(where, o, t)
 

@@ -1,7 +1,7 @@
 """3.2-column-row, child side: ranks build the student's column- and row-parallel layers from
 the grader's master tensors (each option, bias=False, float32) and run them forward and
 backward twice (gradients accumulate), then again on a 2-D input, a batch of one sequence
-and a 1-D input under ``torch.no_grad()``; two layers from the same master tensors (each its own
+and a 1-D input under ``torch.no_grad()``; two layers from equal master tensors (each its own
 copies); with the student's own 3.1 ops first, the grader's in the fallback's second run."""
 from __future__ import annotations
 
@@ -53,9 +53,14 @@ def run_variant(build, x: torch.Tensor, grad: torch.Tensor, seconds: tuple, name
     return result
 
 
+def copies(master: dict) -> dict:
+    return {name: tensor.clone() for name, tensor in master.items()}
+
+
 def two_layers(build) -> dict:
-    """Two layers built from the same master tensors; the first's parameters changed in place:
-    the second's parameters (each layer holds its own copies)."""
+    """Two layers built from equal master tensors (each its own copies of them, so that a layer
+    whose parameters are views of its master, 3.0-caller-unchanged's mistake, passes); the
+    first's parameters changed in place: the second's parameters."""
     first, second = build(), build()
     with torch.no_grad():
         for parameter in first.parameters():
@@ -81,8 +86,8 @@ def rank_column_row(rank: int, t: int, seed: int, params: dict) -> dict:
             with recorder.Phase(f"{name}.float32"), torch.no_grad():
                 result[name]["out32"] = ranks.out(layer(x.float()))
         result["independent"] = {name: two_layers(build) for name, build in (
-            ("column", lambda: tp.ColumnParallelLinear(IN, OUT, master=column_master)),
-            ("row", lambda: tp.RowParallelLinear(IN, OUT, master=row_master)))}
+            ("column", lambda: tp.ColumnParallelLinear(IN, OUT, master=copies(column_master))),
+            ("row", lambda: tp.RowParallelLinear(IN, OUT, master=copies(row_master))))}
         odd = t * 2 + 1
         result["column_error"] = ranks.raised(lambda: tp.ColumnParallelLinear(IN, odd))
         result["row_error"] = ranks.raised(lambda: tp.RowParallelLinear(odd, OUT))
