@@ -4,8 +4,9 @@ run's ``seed``. Nothing here is an expected value, a threshold or a message.
 
 Sizes are divisible by 4, so every world size the checks use (1, 2, 4) splits them. The
 deterministic edge cases (the first and last id of every rank's vocabulary range, a logit too
-large for ``exp``, a tie between two ranks' largest logits, a batch of one sequence, the
-smallest sequence block) are built in, on every seed; the seed draws the values around them.
+large for ``exp``, one far above the others of its token, a tie between two ranks' largest
+logits, a batch of one sequence, the smallest sequence block) are built in, on every seed; the
+seed draws the values around them.
 """
 from __future__ import annotations
 
@@ -45,18 +46,32 @@ def sub(master: dict, prefix: str) -> dict:
     return {k[len(prefix) + 1:]: v for k, v in master.items() if k.startswith(prefix + ".")}
 
 
-def layer_master(seed: int) -> dict[str, torch.Tensor]:
+def layer_master(seed: int, hidden: int = H, ffn: int = FFN) -> dict[str, torch.Tensor]:
     """Master tensors of one dense transformer layer, named as the student modules expect."""
     g = torch.Generator().manual_seed(seed)
     m = {}
     for name in ("q", "k", "v", "out"):
-        m[f"attention.{name}.weight"] = rand(g, H, H, scale=H ** -0.5)
-        m[f"attention.{name}.bias"] = rand(g, H, scale=0.1)
-    m["mlp.fc1.weight"], m["mlp.fc1.bias"] = rand(g, FFN, H, scale=H ** -0.5), rand(g, FFN, scale=0.1)
-    m["mlp.fc2.weight"], m["mlp.fc2.bias"] = rand(g, H, FFN, scale=FFN ** -0.5), rand(g, H, scale=0.1)
+        m[f"attention.{name}.weight"] = rand(g, hidden, hidden, scale=hidden ** -0.5)
+        m[f"attention.{name}.bias"] = rand(g, hidden, scale=0.1)
+    m["mlp.fc1.weight"], m["mlp.fc1.bias"] = rand(g, ffn, hidden, scale=hidden ** -0.5), rand(g, ffn, scale=0.1)
+    m["mlp.fc2.weight"], m["mlp.fc2.bias"] = rand(g, hidden, ffn, scale=ffn ** -0.5), rand(g, hidden, scale=0.1)
     for ln in ("ln1", "ln2"):
-        m[f"{ln}.weight"], m[f"{ln}.bias"] = 1 + rand(g, H, scale=0.2), rand(g, H, scale=0.2)
+        m[f"{ln}.weight"], m[f"{ln}.bias"] = 1 + rand(g, hidden, scale=0.2), rand(g, hidden, scale=0.2)
     return m
+
+
+def tiny_sizes(part: str, t: int) -> tuple[int, int, int] | None:
+    """``(hidden, heads, ffn)`` of 3.3's sizes-of-one case at world size t: the MLP with one
+    hidden feature and t inner ones (one at t = 1); attention and the layer with one head of one
+    feature, which only t = 1 divides (None elsewhere)."""
+    if part == "mlp":
+        return 1, 1, t
+    return (1, 1, 1) if t == 1 else None
+
+
+def tiny_input(seed: int) -> torch.Tensor:
+    """The sizes-of-one case's input: ``[3, 2, 1]``."""
+    return rand(torch.Generator().manual_seed(seed + 17), 3, 2, 1)
 
 
 def activations(seed: int, t: int) -> dict:
@@ -107,12 +122,27 @@ def extra_data(seed: int, t: int, shape: tuple[int, ...] | None = None, dtype: t
 
 def op_cases(seed: int, t: int) -> list[tuple[str, dict]]:
     """``(label, data)`` of every case of the communication ops: ``[8, 2, 16] float64``, the
-    shapes of :data:`OP_SHAPES`, and the seeded extra shape in float32."""
-    datas = [activations(seed, t), *(extra_data(seed, t, shape, dtype) for shape, dtype in OP_SHAPES),
-             extra_data(seed, t)]
+    shapes of :data:`OP_SHAPES` (the 1-D one rounded to two decimals), the same 1-D case plus
+    ``1e-7`` (its twin: printed alike, so a result remembered by the repr of its input shows),
+    and the seeded extra shape in float32."""
+    first = {k: round_data(v) for k, v in extra_data(seed, t, *OP_SHAPES[0]).items()}
+    twin = {k: plus_a_little(v) for k, v in first.items()}
+    datas = [activations(seed, t), first, *(extra_data(seed, t, shape, dtype) for shape, dtype in OP_SHAPES[1:]),
+             twin, extra_data(seed, t)]
     labels = [f"{list(d['x'].shape)} {str(d['x'].dtype).replace('torch.', '')}" for d in datas]
+    labels[-2] += " (the first 1-D input plus 1e-7: printed alike, not equal)"
     labels[-1] += " (drawn from the seed)"
     return list(zip(labels, datas))
+
+
+def round_data(value):
+    """``value`` (a tensor or a list of them) rounded to two decimals."""
+    return [v.round(decimals=2) for v in value] if isinstance(value, list) else value.round(decimals=2)
+
+
+def plus_a_little(value):
+    """``value`` + 1e-7: printed (4 decimals) like ``value`` when it is rounded to two."""
+    return [v + 1e-7 for v in value] if isinstance(value, list) else value + 1e-7
 
 
 def linear_master(seed: int) -> dict[str, torch.Tensor]:
@@ -135,6 +165,7 @@ def vocab_data(seed: int) -> dict[str, torch.Tensor]:
     ids.view(-1)[: len(edges)] = torch.tensor(edges)
     logits = rand(g, S, B, VOCAB, scale=3.0)
     logits[1, 0] += 800.0  # exp() overflows without subtracting the max
+    logits[3, 0, VOCAB // 2 + 1] += 1000.0  # ... and subtracting any other value (the minimum) than the max
     logits[2, 1, 0] = logits[2, 1, VOCAB - 1] = float(logits[2, 1].max()) + 1.0  # a tie between the first and last rank
     return {"table": rand(g, VOCAB, H), "ids": ids, "grad": rand(g, S, B, H),
             "logits": logits, "loss_grad": rand(g, S, B), "ids2": torch.randint(0, VOCAB, (IDS2,), generator=g)}

@@ -22,15 +22,16 @@ def grad_of(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class DenseLayer(nn.Module):
-    """Plain single-process Pre-LN layer with the master tensors (names match the master)."""
+    """Plain single-process Pre-LN layer with the master tensors (names match the master; the
+    sizes are the master's)."""
 
-    def __init__(self, master: dict, eps: float = 1e-5, causal: bool = True):
+    def __init__(self, master: dict, eps: float = 1e-5, causal: bool = True, heads: int = HEADS):
         super().__init__()
-        dtype, ffn = master["ln1.weight"].dtype, master["mlp.fc1.weight"].shape[0]
+        dtype, ffn, h = master["ln1.weight"].dtype, master["mlp.fc1.weight"].shape[0], master["ln1.weight"].shape[0]
         self.causal = causal
-        self.ln1, self.ln2 = nn.LayerNorm(H, eps=eps, dtype=dtype), nn.LayerNorm(H, eps=eps, dtype=dtype)
-        self.attention = nn.MultiheadAttention(H, HEADS, dtype=dtype)  # [s, b, h] in and out
-        self.fc1, self.fc2 = nn.Linear(H, ffn, dtype=dtype), nn.Linear(ffn, H, dtype=dtype)
+        self.ln1, self.ln2 = nn.LayerNorm(h, eps=eps, dtype=dtype), nn.LayerNorm(h, eps=eps, dtype=dtype)
+        self.attention = nn.MultiheadAttention(h, heads, dtype=dtype)  # [s, b, h] in and out
+        self.fc1, self.fc2 = nn.Linear(h, ffn, dtype=dtype), nn.Linear(ffn, h, dtype=dtype)
         a = cases.sub(master, "attention")
         with torch.no_grad():
             self.attention.in_proj_weight.copy_(torch.cat([a["q.weight"], a["k.weight"], a["v.weight"]]))

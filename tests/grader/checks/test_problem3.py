@@ -614,3 +614,72 @@ def test_sizes_checked_after_communicating_or_not_at_all_fail_errors(monkeypatch
     monkeypatch.setattr(tp.ParallelSelfAttention, "__init__", unchecked)
     fails("errors", "t=1, rank 0: ParallelSelfAttention(10, num_heads=4) (4 heads do not divide 10 features) must "
                     "raise ValueError; got no exception", world_sizes=[1])
+
+
+def test_modules_that_drop_sequence_parallel_fail_their_3_3_criterion(monkeypatch):
+    mlp = tp.ParallelMLP.__init__
+    monkeypatch.setattr(tp.ParallelMLP, "__init__", lambda self, *args, **kwargs: mlp(
+        self, *args, **{**kwargs, "sequence_parallel": False}))
+    fails("mlp", "ParallelMLP(..., sequence_parallel=True) on rank 0's block [4, 2, 16]", world_sizes=[2])
+    monkeypatch.undo()
+    layer = tp.ParallelTransformerLayer.__init__
+
+    def plain_layer_norms(self, *args, **kwargs):  # forward unchanged; the LayerNorms' gradients not summed
+        layer(self, *args, **kwargs)
+        self.ln1.sequence_parallel = self.ln2.sequence_parallel = False
+
+    monkeypatch.setattr(tp.ParallelTransformerLayer, "__init__", plain_layer_norms)
+    fails("layer", "sequence_parallel=True): rank 0's block of the output of a second call", world_sizes=[2])
+
+
+def test_modules_that_cannot_be_built_with_sizes_of_one_fail_their_criterion(monkeypatch):
+    mlp = tp.ParallelMLP.__init__
+
+    def early_return(self, hidden_size, ffn_hidden_size, **kwargs):
+        if hidden_size == 1:
+            torch.nn.Module.__init__(self)
+            return
+        mlp(self, hidden_size, ffn_hidden_size, **kwargs)
+
+    monkeypatch.setattr(tp.ParallelMLP, "__init__", early_return)
+    fails("mlp", "ParallelMLP(1, 2) (sizes of one are sizes too", world_sizes=[2])
+    model = tp.ParallelLanguageModel.__init__
+    monkeypatch.setattr(tp.ParallelLanguageModel, "__init__", lambda self, vocab_size, *args, **kwargs: model(
+        self, max(vocab_size, 2), *args, **kwargs))
+    fails("train", "ParallelLanguageModel(1, 1, 1, 1, 1) (sizes of one are sizes too", world_sizes=[1])
+
+
+def test_a_helper_that_remembers_results_by_their_repr_fails_f_g(monkeypatch):
+    original, remembered = tp._reduce, {}
+    monkeypatch.setattr(tp, "_reduce", lambda x: remembered.setdefault(repr(x), original(x)))
+    fails("fg", "(the first 1-D input plus 1e-7: printed alike, not equal)", world_sizes=[2])
+
+
+def test_one_vocabulary_row_per_rank_fails_an_embedding_that_indexes_row_one(monkeypatch):
+    def forward(self, ids):
+        outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
+        partial = F.embedding((ids - self.vocab_start).masked_fill(outside, 1), self.weight)
+        return tp.reduce_from_tensor_model_parallel_region(partial.masked_fill(outside.unsqueeze(-1), 0.0))
+
+    monkeypatch.setattr(tp.VocabParallelEmbedding, "forward", forward)
+    fails("embedding", "VocabParallelEmbedding(2, 16) (one row per rank) from a float32 table: output: your code "
+                       "raised", world_sizes=[2])
+
+
+def test_a_loss_backward_whose_second_run_raises_fails_caller_unchanged(monkeypatch):
+    def backward(ctx, grad_output):  # the saved softmax itself becomes the gradient: autograd sees the change
+        softmax, local_target, outside = ctx.saved_tensors
+        softmax.scatter_add_(-1, local_target.unsqueeze(-1), -(~outside).to(softmax.dtype).unsqueeze(-1))
+        return softmax * grad_output.unsqueeze(-1), None
+
+    monkeypatch.setattr(tp._VocabParallelCrossEntropy, "backward", staticmethod(backward))
+    fails("caller_unchanged", "vocab_parallel_cross_entropy: a second backward through the same graph "
+                              "(retain_graph=True) raised RuntimeError", world_sizes=[1])
+
+
+def test_a_shard_remembered_by_its_masters_repr_fails_column_row(monkeypatch):
+    original, remembered = tp.ColumnParallelLinear.shard, {}
+    monkeypatch.setattr(tp.ColumnParallelLinear, "shard", lambda self, master: remembered.setdefault(
+        repr(master), original(self, master)))
+    fails("column_row", "ColumnParallelLinear's weight, after another layer built from equal master tensors had "
+                        "its parameters changed in place", world_sizes=[1])

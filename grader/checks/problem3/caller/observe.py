@@ -59,8 +59,9 @@ def check_module(build, master: dict, arguments: list, grad) -> dict:
     y = module(*arguments)
     leaves = [*parameters.values(), *(t for t in arguments if t.requires_grad)]
     second = twice(y, grad, leaves) if y.requires_grad else ""
-    ranks.backward(y, grad)
-    ranks.sgd_step(module, cases.LR) if parameters else None
+    if not second:  # a backward that could not run twice again has said so; a third one would raise
+        ranks.backward(y, grad)
+        ranks.sgd_step(module, cases.LR) if parameters else None
     changed = changes(master, before_master, arguments, before, flags)
     del originals
     return {"changed": changed, "aliased": aliased, "second_backward": second}

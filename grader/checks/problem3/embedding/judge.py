@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from grader.checks.problem3 import cases, expected_dense
-from grader.checks.problem3.cases import IDS2, VOCAB, N, S
+from grader.checks.problem3.cases import IDS2, VOCAB, H, N, S
 from grader.checks.problem3.judge_tools import (
     SHARD,
     VOLUME,
@@ -14,6 +14,7 @@ from grader.checks.problem3.judge_tools import (
     expect_budget,
     expect_collectives,
     expect_kind,
+    expect_outcome,
     one_thread,
     world_sizes,
 )
@@ -43,6 +44,8 @@ def judge_embedding(seed: int, params: dict, observation) -> None:
                 expect(f"{where}, called again under torch.no_grad() with {label}: output", value,
                        F.embedding(ids, d["table"]))
                 expect_kind(f"{where}, called under torch.no_grad(): the output", kind, needs_grad=False)
+            expect_outcome(f"t={t}, rank {r}: VocabParallelEmbedding({t}, {H}) (one row per rank) from a float32 "
+                           "table: output", o["one_row"], F.embedding(d["ids"] % t, d["table"][:t].float()))
             if t > 1:
                 expect_budget(where, t, o["log"], "forward", VOLUME["all_reduce"](t) * N, "one all-reduce of the output")
             expect_collectives(where, o["log"], "backward", [], "each rank's rows get their own gradient")

@@ -1,7 +1,8 @@
 """3.4-embedding, child side: ranks run the student's vocab-parallel embedding on ids that hold
 the first and last id of every rank's range, backward twice (gradients accumulate), then again
-on 1-D ids and on a batch of one sequence under ``torch.no_grad()``; with the student's own 3.1
-ops first, the grader's in the fallback's second run."""
+on 1-D ids and on a batch of one sequence under ``torch.no_grad()``, and on a float32 vocabulary
+of one row per rank (``vocab_size == t``); with the student's own 3.1 ops first, the grader's
+in the fallback's second run."""
 from __future__ import annotations
 
 import torch
@@ -28,6 +29,9 @@ def rank_embedding(rank: int, t: int, seed: int, params: dict) -> dict:
         result["weight_grad_twice"] = ranks.out(embedding.weight.grad)
         with recorder.Phase("second"), torch.no_grad():
             later = [embedding(ids.clone()) for ids in (d["ids2"], d["ids"][:, :1])]
+        with recorder.Phase("one row"), torch.no_grad():  # vocab_size == t: one row per rank, in float32
+            result["one_row"] = ranks.outcome(
+                lambda: tp.VocabParallelEmbedding(t, H, master={"weight": d["table"][:t].float()})(d["ids"] % t))
     result.update(later=[ranks.out(v) for v in later], later_kinds=[ranks.kind(v) for v in later],
                   log=recorder.taken())
     return result

@@ -9,7 +9,16 @@ import torch.nn.functional as F
 from grader.checks.judging import Fail
 from grader.checks.problem3 import cases, expected_dense
 from grader.checks.problem3.cases import TOKENS, VOCAB, B, S
-from grader.checks.problem3.judge_tools import describe, expect, expect_collectives, expect_kind, one_thread, phase_log, world_sizes
+from grader.checks.problem3.judge_tools import (
+    describe,
+    expect,
+    expect_collectives,
+    expect_kind,
+    expect_outcome,
+    one_thread,
+    phase_log,
+    world_sizes,
+)
 from grader.checks.problem3.judge_vocab import expect_per_token
 
 FEW_SCALARS = 4  # per token and collective: "a few scalars per token"; VOCAB / t is 12 or more
@@ -37,6 +46,9 @@ def judge_fused_loss(seed: int, params: dict, observation) -> None:
                 expect(f"{where}, called again under torch.no_grad() with {label}: losses", value, expected)
                 expect_kind(f"{where}, called under torch.no_grad(): the losses", kind, needs_grad=False)
                 judge_traffic(f"{where}, called with {label}", o["log"], f"later {number}", tokens)
+            one_row = d["logits"][..., :t].reshape(-1, t)
+            expect_outcome(f"{where} on a vocabulary of {t} entries (one logit per rank, [{S}, {B}, 1]): losses",
+                           o["one_row"], F.cross_entropy(one_row, (d["ids"] % t).reshape(-1), reduction="none").view(S, B))
             expect_collectives(where, o["log"], "backward", [],
                                "the gradient of the logits needs only values this rank computed in forward")
 

@@ -1,7 +1,8 @@
 """3.4-fused-loss, child side: ranks run the student's vocab-parallel cross-entropy on their
 block of the grader's logits (a logit too large for exp, ids at every range's edges, a tie
 between ranks), backward, then on the later calls of
-:func:`~grader.checks.problem3.cases.later_losses` under ``torch.no_grad()``; with the
+:func:`~grader.checks.problem3.cases.later_losses` under ``torch.no_grad()`` and on a vocabulary
+of t entries (one logit per rank); with the
 student's own 3.1 ops first, the grader's in the fallback's second run."""
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ def rank_fused_loss(rank: int, t: int, seed: int, params: dict) -> dict:
         for number, (_, dense, target) in enumerate(cases.later_losses(d)):
             with recorder.Phase(f"later {number}"), torch.no_grad():
                 later.append(tp.vocab_parallel_cross_entropy(cases.column_block(dense, rank, t).clone(), target.clone()))
+        with recorder.Phase("one row"), torch.no_grad():  # a vocabulary of t entries: one logit per rank
+            result["one_row"] = ranks.outcome(lambda: tp.vocab_parallel_cross_entropy(
+                d["logits"][..., rank:rank + 1].clone(), d["ids"] % t))
     result.update(later=[ranks.out(v) for v in later], later_kinds=[ranks.kind(v) for v in later],
                   log=recorder.taken())
     return result

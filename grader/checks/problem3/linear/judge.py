@@ -55,6 +55,12 @@ def judge_column_row(seed: int, params: dict, observation) -> None:
                     y32 = F.linear(m["x"].float(), weight.float(), bias.float())
                     expect(f"{what} built in float32: output", o[name]["out32"],
                            cases.column_block(y32, r, t) if column else y32)
+            for name, shard in (("column", (cases.row_block(m["weight"], r, t), cases.row_block(m["bias"], r, t))),
+                                ("row", (cases.column_block(m["row.weight"], r, t), m["row.bias"]))):
+                for parameter, value in zip(("weight", "bias"), shard):
+                    expect(f"{where}: {'Column' if name == 'column' else 'Row'}ParallelLinear's {parameter}, after "
+                           "another layer built from equal master tensors had its parameters changed in place "
+                           "(each layer holds its own parameters: nothing is kept between calls)", o["independent"][name].get(parameter), value, SHARD)
             if t > 1:
                 judge_refusals_and_budgets(where, o, t)
 

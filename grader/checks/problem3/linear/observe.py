@@ -1,8 +1,8 @@
 """3.2-column-row, child side: ranks build the student's column- and row-parallel layers from
 the grader's master tensors (each option, bias=False, float32) and run them forward and
 backward twice (gradients accumulate), then again on a 2-D input, a batch of one sequence
-and a 1-D input under ``torch.no_grad()``; with the student's own 3.1 ops first, the grader's in the
-fallback's second run."""
+and a 1-D input under ``torch.no_grad()``; two layers from equal master tensors (each its own
+copies); with the student's own 3.1 ops first, the grader's in the fallback's second run."""
 from __future__ import annotations
 
 import torch
@@ -53,12 +53,28 @@ def run_variant(build, x: torch.Tensor, grad: torch.Tensor, seconds: tuple, name
     return result
 
 
+def copies(master: dict) -> dict:
+    return {name: tensor.clone() for name, tensor in master.items()}
+
+
+def two_layers(build) -> dict:
+    """Two layers built from equal master tensors (each its own copies of them, so that a layer
+    whose parameters are views of its master, 3.0-caller-unchanged's mistake, passes); the
+    first's parameters changed in place: the second's parameters."""
+    first, second = build(), build()
+    with torch.no_grad():
+        for parameter in first.parameters():
+            parameter.add_(1.0)
+    return ranks.values(second)
+
+
 def rank_column_row(rank: int, t: int, seed: int, params: dict) -> dict:
     import minitorch.tensor_parallel as tp
 
     recorder.start_rank()
     m = cases.linear_master(seed)
     result: dict = {}
+    column_master, row_master = {"weight": m["weight"], "bias": m["bias"]}, {"weight": m["row.weight"], "bias": m["row.bias"]}
     with pieces.bound(tp, params, ops=True):
         for name, (build, x, grad, seconds) in variants(tp, m, rank, t).items():
             result[name] = run_variant(build, x, grad, seconds, name)
@@ -69,6 +85,9 @@ def rank_column_row(rank: int, t: int, seed: int, params: dict) -> dict:
             x = m["x"] if name == "column" else cases.column_block(m["x"], rank, t)
             with recorder.Phase(f"{name}.float32"), torch.no_grad():
                 result[name]["out32"] = ranks.out(layer(x.float()))
+        result["independent"] = {name: two_layers(build) for name, build in (
+            ("column", lambda: tp.ColumnParallelLinear(IN, OUT, master=copies(column_master))),
+            ("row", lambda: tp.RowParallelLinear(IN, OUT, master=copies(row_master))))}
         odd = t * 2 + 1
         result["column_error"] = ranks.raised(lambda: tp.ColumnParallelLinear(IN, odd))
         result["row_error"] = ranks.raised(lambda: tp.RowParallelLinear(odd, OUT))

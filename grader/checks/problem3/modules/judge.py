@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from grader.checks.judging import Fail
 from grader.checks.problem3 import blocks, cases, expected_dense
-from grader.checks.problem3.cases import B, H, N, S
+from grader.checks.problem3.cases import B2, LR, S2, B, H, N, S
 from grader.checks.problem3.judge_blocks import judge_matrices, judge_run
 from grader.checks.problem3.judge_tools import VOLUME, close, expect, expect_budget, expect_outcome, expect_refused, one_thread, world_sizes
 
@@ -38,6 +38,31 @@ def judge_module(seed: int, params: dict, observation, part: str) -> None:
                 judge_matrices(where, o, part, t)
                 expect_budget(where, t, o["log"], "forward", ALL_REDUCES[part] * VOLUME["all_reduce"](t) * N,
                               f"the elements of {ALL_REDUCES[part]} all-reduce(s) of the [{S}, {B}, {H}] activation")
+            judge_more_sizes(f"t={t}, rank {r}: {WHAT[part].split()[0]}", o, part, seed, r, t)
+
+
+def judge_more_sizes(where: str, o, part: str, seed: int, r: int, t: int) -> None:
+    """With ``sequence_parallel=True`` (t > 1) and with sizes of one (:func:`cases.tiny_sizes`)."""
+    if t > 1:
+        y, _, _, y2 = expected_dense.dense_run(seed, part)
+        run, built = o["sequence_parallel"], f"{where}(..., sequence_parallel=True)"
+        if "raised" in run:
+            raise Fail(f"{built}: your code raised {run['raised']}")
+        expect(f"{built} on rank {r}'s block [{S // t}, {B}, {H}] of the sequence: output (rank {r}'s block of the "
+               "dense output)", run["out"], cases.row_block(y, r, t))
+        expect(f"{built}: rank {r}'s block of the output of a second call on a [{S2}, {B2}, {H}] input, after one "
+               f"backward and one SGD step p -= {LR} * p.grad on every rank (the dense step: every parameter's "
+               "gradient covers the whole sequence)", run["out2"], cases.row_block(y2, r, t))
+    sizes = cases.tiny_sizes(part, t)
+    if sizes:
+        hidden, heads, ffn = sizes
+        dense = expected_dense.DenseLayer(cases.layer_master(seed, hidden, ffn), heads=heads)
+        with torch.no_grad():
+            tiny = dense.part(part)(cases.tiny_input(seed))
+        built = {"mlp": f"({hidden}, {ffn})", "attention": f"({hidden}, num_heads={heads})",
+                 "layer": f"({hidden}, num_heads={heads}, ffn_hidden_size={ffn})"}[part]
+        expect_outcome(f"{where}{built} (sizes of one are sizes too), on a [3, 2, {hidden}] input: output",
+                       o["tiny"], tiny)
 
 
 def judge_gelu_place(where: str, o, seed: int) -> None:

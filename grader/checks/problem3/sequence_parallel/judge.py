@@ -20,6 +20,7 @@ from grader.checks.problem3.judge_tools import (
     expect,
     expect_budget,
     expect_kind,
+    expect_outcome,
     one_thread,
     phase_log,
     world_sizes,
@@ -47,6 +48,7 @@ def judge_sequence_parallel(seed: int, params: dict, observation) -> None:
         for r, o in enumerate(values):
             for name, part in o["parts"].items():
                 judge_part(f"t={t}, rank {r}: {PART_NAMES[name]}", name, part, parts[name], r, t)
+            judge_float32_rows(f"t={t}, rank {r}", o["float32"], seed, r, t)
             if t > 1:
                 judge_parts_traffic(f"t={t}, rank {r}", o["log"], t)
             where = f"t={t}, rank {r}: " + WHAT.format("the grader's modules" if graders else "your own layer")
@@ -59,6 +61,14 @@ def judge_sequence_parallel(seed: int, params: dict, observation) -> None:
                 expect(f"{where}: gradient of {name}", o["param_grads"].get(name), value)
             if t > 1:
                 judge_layer_traffic(where, o["log"], t)
+
+
+def judge_float32_rows(where: str, results: dict, seed: int, r: int, t: int) -> None:
+    master, d = cases.layer_master(seed), cases.sequence_parallel_data(seed)
+    weight, bias = master["mlp.fc2.weight"].float(), master["mlp.fc2.bias"].float()
+    for name, with_bias in (("row", bias), ("row_no_bias", None)):
+        expect_outcome(f"{where}: {PART_NAMES[name]} built from float32 master tensors, on a float32 input: output",
+                       results[name], cases.row_block(F.linear(d["hidden"].float(), weight, with_bias), r, t))
 
 
 def judge_layer_traffic(where: str, log: list, t: int) -> None:

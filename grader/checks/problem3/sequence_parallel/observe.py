@@ -1,9 +1,10 @@
 """3.5-sequence-parallel, child side: ranks run a transformer layer with
 ``sequence_parallel=True`` (see :mod:`grader.checks.problem3.blocks`) and, on their own, the
 student's sequence-parallel column- and row-parallel layers (with and without bias) and
-LayerNorm, forward and backward twice (gradients accumulate). With the student's own pieces
-(its layer, ops, everything) first; in the fallback's second run, the grader's 3.1 ops and
-3.3 modules built on the student's linear layers and LayerNorm."""
+LayerNorm, forward and backward twice (gradients accumulate), and the row-parallel layer
+forward in float32. With the student's own pieces (its layer, ops, everything) first; in the
+fallback's second run, the grader's 3.1 ops and 3.3 modules built on the student's linear
+layers and LayerNorm."""
 from __future__ import annotations
 
 import torch
@@ -27,6 +28,16 @@ def parts(tp, master: dict, d: dict, rank: int, t: int) -> dict:
                                                      master={"weight": fc2["weight"]}), hidden, to_x),
         "norm": (lambda: tp.ReplicatedLayerNorm(H, sequence_parallel=True, master=ln1), x, to_x),
     }
+
+
+def float32_rows(tp, master: dict, d: dict, rank: int, t: int) -> dict:
+    """The sequence-parallel row-parallel layer (with and without bias) built from float32 master
+    tensors, forward on this rank's float32 block of the hidden features."""
+    fc2 = {k: v.float() for k, v in cases.sub(master, "mlp.fc2").items()}
+    hidden = cases.column_block(d["hidden"], rank, t).float()
+    return {"row": ranks.outcome(lambda: tp.RowParallelLinear(FFN, H, sequence_parallel=True, master=fc2)(hidden.clone())),
+            "row_no_bias": ranks.outcome(lambda: tp.RowParallelLinear(
+                FFN, H, bias=False, sequence_parallel=True, master={"weight": fc2["weight"]})(hidden.clone()))}
 
 
 def run_part(build, x: torch.Tensor, grad: torch.Tensor, name: str) -> dict:
@@ -56,6 +67,8 @@ def rank_sequence_parallel(rank: int, t: int, seed: int, params: dict) -> dict:
         master, d = cases.layer_master(seed), cases.sequence_parallel_data(seed)
         result["parts"] = {name: run_part(build, x, grad, name) for name, (build, x, grad) in
                            parts(tp, master, d, rank, t).items()}
+        with recorder.Phase("float32"), torch.no_grad():
+            result["float32"] = float32_rows(tp, master, d, rank, t)
     result["log"] = recorder.taken()
     return result
 

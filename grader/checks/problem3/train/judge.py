@@ -11,7 +11,7 @@ from grader.checks.problem3 import cases, expected_dense
 from grader.checks.problem3.cases import CALLS, LAYERS, MODEL_LR, STEP_SHAPES, VOCAB, H
 from grader.checks.problem3.judge_blocks import MATRICES
 from grader.checks.problem3.judge_tools import TOL, describe, expect, expect_kind, expect_outcome, one_thread, phase_log, world_sizes
-from grader.checks.problem3.train.observe import DRAWN_SEED, MODEL_EPS, sequence_parallel_cases
+from grader.checks.problem3.train.observe import DRAWN_SEED, MODEL_EPS, TINY, sequence_parallel_cases
 
 
 def dense_training(seed: int) -> tuple[list[float], torch.Tensor]:
@@ -44,6 +44,10 @@ def judge_train(seed: int, params: dict, observation) -> None:
             expect_outcome(f"t={t}, rank {r}: ParallelLanguageModel({VOCAB}, {H}, ..., seed={DRAWN_SEED}, "
                            "dtype=torch.float64) without master (its master tensors drawn from the seed as its "
                            "docstring says): the mean loss", o["drawn"], drawn)
+            if t == 1:
+                expect_outcome(f"ParallelLanguageModel{TINY} (sizes of one are sizes too; with one vocabulary entry "
+                               "every loss is 0), dtype=torch.float32: the mean loss", o["tiny"],
+                               torch.zeros((), dtype=torch.float32))
 
 
 def dense_drawn_loss(seed: int) -> torch.Tensor:

@@ -1,10 +1,10 @@
 """3.6-train, child side: ranks build the student's ParallelLanguageModel from the grader's
 master tensors (a non-default ``eps``) and train it with ``train_language_model`` in two
 calls (two steps, then one), each call's batches an iterator that is not a list (each step's
-collectives tagged with its step); then the held-out loss under ``torch.no_grad()``, what ``.grad`` was
-left behind, and a model drawn from a seed without master tensors. With the student's own
-pieces first; in the fallback's second run, the grader's 3.1-3.5 pieces under the student's
-model and training loop."""
+collectives tagged with its step); then the held-out loss under ``torch.no_grad()``, what
+``.grad`` was left behind, a model drawn from a seed without master tensors, and (t = 1) one
+with sizes of one, in float32. With the student's own pieces first; in the fallback's second
+run, the grader's 3.1-3.5 pieces under the student's model and training loop."""
 from __future__ import annotations
 
 import torch
@@ -14,6 +14,7 @@ from grader.checks.problem3.cases import FFN, HEADS, LAYERS, MODEL_LR, VOCAB, H
 
 MODEL_EPS = 1e-3  # not the default: a layer that ignores eps shows
 DRAWN_SEED = 5
+TINY = (1, 1, 1, 1, 1)  # (vocab_size, hidden_size, num_heads, num_layers, ffn_hidden_size): sizes of one
 
 
 def sequence_parallel_cases(t: int) -> tuple[bool, ...]:
@@ -65,6 +66,11 @@ def rank_train(rank: int, t: int, seed: int, params: dict) -> dict:
         with recorder.Phase("drawn"), torch.no_grad():
             result["drawn"] = ranks.outcome(lambda: tp.ParallelLanguageModel(
                 VOCAB, H, HEADS, LAYERS, seed=DRAWN_SEED, dtype=cases.DTYPE)(ids, targets))
+        if t == 1:  # sizes of one, which only t = 1 divides: one vocabulary entry, so every loss is 0
+            tiny = torch.zeros(3, 2, dtype=torch.int64)
+            with torch.no_grad():
+                result["tiny"] = ranks.outcome(lambda: tp.ParallelLanguageModel(
+                    *TINY, seed=DRAWN_SEED, dtype=torch.float32)(tiny, tiny.clone()))
     result["log"] = recorder.taken()
     return result
 
