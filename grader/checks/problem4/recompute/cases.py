@@ -96,8 +96,8 @@ RECOMPUTE_CASES = [
     RecomputeCase(6, 3, 0.2, repeat=True),  # a second training step on the same batch: nothing kept from the first
     # the same module twice in one segment (the smallest), in two segments; a weight in two modules
     RecomputeCase(2, 1, 0.0, kind="shared"), RecomputeCase(2, 2, 0.2, kind="shared"),
-    RecomputeCase(6, 2, 0.2, kind="shared", container="ModuleList", accumulate=True),
-    RecomputeCase(7, 2, 0.1, kind="shared", via_grad=True, input_grad=False, container="Sequential"),
+    RecomputeCase(8, 2, 0.2, kind="shared", container="ModuleList", accumulate=True),
+    RecomputeCase(9, 2, 0.1, kind="shared", via_grad=True, input_grad=False, container="Sequential"),
 ]
 
 

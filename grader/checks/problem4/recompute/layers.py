@@ -101,18 +101,18 @@ def parameters(layers) -> list:
 
 def shared_layers(generator: torch.Generator, case: RecomputeCase, dtype: torch.dtype) -> list:
     """kind "shared": the last layer is the one before it again (a module twice in a row), the
-    third-last has that module's weight (a parameter of two modules) and, from four layers on,
-    the first layer is that module too (the same module in the first and the last segment).
-    The cases keep the last three layers in the last segment: a parameter of several segments
-    is used more than once in the last one only, so autograd sums its gradient in the plain
-    run's order and bit-identity is attainable."""
+    third-last has that module's weight (a parameter of two modules) and, from five layers on,
+    the fourth-last is the first layer again (the same module in the first and the last
+    segment). The cases keep the last four layers in the last segment: every parameter is used
+    in one segment only or once in each segment, where the contract promises the plain run's
+    bits (autograd then sums its gradient in the plain run's order)."""
     layers = [GraderLayer(generator, case.dropout, dtype) for _ in range(case.layers)]
     if case.layers >= 2:
         layers[-1] = layers[-2]
     if case.layers >= 3:
         layers[-3].weight = layers[-2].weight
-    if case.layers >= 4:
-        layers[0] = layers[-2]
+    if case.layers >= 5:
+        layers[-4] = layers[0]
     return layers
 
 
