@@ -423,8 +423,8 @@ def checkpoint_sequential(layers: Sequence[Callable], x: torch.Tensor, segments:
             of callables: ``nn.Module`` s, with or without parameters, frozen or not, or
             plain functions such as ``torch.tanh``. The same module may appear more than
             once and modules may share parameters: a parameter's gradient sums all its uses,
-            as the plain run's does (bit for bit unless it is used more than once in each of
-            two segments or more, where the sum may round in another order).
+            as the plain run's does (bit for bit when its uses are all in one segment or
+            one in each segment; otherwise the sum may round in another order).
         x: the input tensor: any shape, dtype, contiguous or not, requiring grad or not,
             on any device (graded on CPUs only).
         segments: a Python int in ``1 .. n``. ``None`` means ``round(sqrt(n))``, rounded
