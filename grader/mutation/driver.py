@@ -42,10 +42,17 @@ class DriverError(RuntimeError):
     """The measure cannot run: the answer key fails a criterion, or a worker died."""
 
 
+# Criteria that grade code written inside another sub-problem's region: the sequence-parallel
+# path of 3.2's linear layers is 3.5's work (its promises name 3.5-sequence-parallel, which runs
+# the student's own layers), so a mutant there is judged by 3.5 as grading would judge it.
+ALSO_JUDGED_BY = {"3.2": ("3.5",)}
+
+
 def criteria_for(problem: str, rubric: Rubric) -> list[Criterion]:
-    """The active criteria that judge ``problem``'s code on a CPU: its own, and for a part of
-    Problem 3 also the conventions common to Problem 3 (3.0)."""
-    wanted = {problem} | ({CONVENTIONS_OF_PROBLEM_3} if problem.startswith("3.") else set())
+    """The active criteria that judge ``problem``'s code on a CPU: its own, for a part of
+    Problem 3 also the conventions common to Problem 3 (3.0), and those of
+    :data:`ALSO_JUDGED_BY`."""
+    wanted = {problem, *ALSO_JUDGED_BY.get(problem, ())} | ({CONVENTIONS_OF_PROBLEM_3} if problem.startswith("3.") else set())
     return [c for c in rubric.active() if c.problem in wanted and HARDWARE[c.needs] == 0]
 
 

@@ -13,10 +13,18 @@ The sum is of proportional set sizes (``Pss``: a page shared by n processes coun
 each), so the torch the children share with the forkserver counts once, not once per rank.
 Resident sizes (``/proc/<pid>/statm``, cheap) are read first: they are never below ``Pss``,
 so while their sum is under the bound nothing more is read.
+
+Memory no process maps is in no ``Pss``: the pages of a file that no folder names but a
+descriptor holds (``memfd_create``'s, a deleted file) stay as long as the descriptor does,
+so those files are added, each inode once, by the blocks it holds (:func:`held_file_bytes`).
+A file still named in a folder is not: the jail's writable folders are tmpfs bounded in
+bytes on their own. A file both held and mapped counts twice (its mapped pages in ``Pss``):
+the bound errs towards stopping, and nothing the course's criteria run does both.
 """
 from __future__ import annotations
 
 import os
+import stat
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 POLL_SECONDS = 0.05
@@ -32,15 +40,38 @@ def resident_bytes(pid: int) -> int:
 
 
 def proportional_bytes(pid: int) -> int:
-    """``Pss`` of ``pid`` in bytes (0 when it is gone)."""
+    """``Pss`` of ``pid`` in bytes (0 when it is gone). Its resident bytes where ``Pss`` may
+    not be read (a process that made itself not dumpable hides it from a grader not root)."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as rollup:
             for line in rollup:
                 if line.startswith("Pss:"):
                     return int(line.split()[1]) * 1024
-    except (OSError, IndexError, ValueError):
+    except OSError:
+        return resident_bytes(pid)
+    except (IndexError, ValueError):
         pass
     return 0
+
+
+def held_file_bytes(pids: set[int]) -> int:
+    """Bytes of the files ``pids`` hold open that no folder names (``memfd_create``'s, deleted
+    ones), each inode once: what they hold in memory that no ``Pss`` counts while unmapped."""
+    held = {}
+    for pid in pids:
+        try:
+            entries = os.scandir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    found = entry.stat()  # follows the descriptor to the open file
+                except OSError:
+                    continue
+                if found.st_nlink == 0 and stat.S_ISREG(found.st_mode):
+                    held[(found.st_dev, found.st_ino)] = found.st_blocks * 512
+    return sum(held.values())
 
 
 def processes_of(uid: int, session: int | None = None) -> set[int]:
@@ -75,8 +106,9 @@ class Meter:
 
     def over(self, pids: set[int]) -> int | None:
         """The bytes ``pids`` hold together when past the bound, else None."""
-        if sum(resident_bytes(pid) for pid in pids) <= self.limit:
+        files = held_file_bytes(pids)
+        if files + sum(resident_bytes(pid) for pid in pids) <= self.limit:
             return None
-        held = sum(proportional_bytes(pid) for pid in pids)
+        held = files + sum(proportional_bytes(pid) for pid in pids)
         self.peak = max(self.peak, held)
         return held if held > self.limit else None

@@ -118,6 +118,22 @@ def _dense_linear_master(in_features, out_features, bias, seed, dtype):
     return master
 
 
+def _linear_master(master, in_features, out_features, bias, seed, dtype):
+    """The dense linear layer's tensors: drawn from ``seed`` without a master; a master as the
+    linear layers' contract admits it (exactly ``weight``, and ``bias`` when ``bias``, of the
+    dense shapes: an empty dict is a master with neither), else ValueError, as the student's
+    must. A lenient piece would let a model that hands its output layer ``{}`` pass."""
+    if master is None:
+        return _dense_linear_master(in_features, out_features, bias, seed, dtype)
+    shapes = {"weight": (out_features, in_features), **({"bias": (out_features,)} if bias else {})}
+    if set(master) != set(shapes):
+        raise ValueError(f"master tensors must be {sorted(shapes)}, got {sorted(master)}")
+    for name, shape in shapes.items():
+        if tuple(master[name].shape) != shape:
+            raise ValueError(f"master[{name!r}] must have shape {shape}, got {tuple(master[name].shape)}")
+    return master
+
+
 def _sub(master, prefix):
     return {k[len(prefix) + 1:]: v for k, v in (master or {}).items() if k.startswith(prefix + ".")}
 
@@ -126,7 +142,7 @@ class ColumnParallelLinear(nn.Module):
     def __init__(self, in_features, out_features, bias=True, gather_output=False, *, sequence_parallel=False,
                  seed=0, dtype=None, master=None):
         super().__init__()
-        master = master or _dense_linear_master(in_features, out_features, bias, seed, dtype)
+        master = _linear_master(master, in_features, out_features, bias, seed, dtype)
         rank, size = _world()[0], _divide(out_features, "out_features")
         rows = slice(rank * size, (rank + 1) * size)
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
@@ -143,7 +159,7 @@ class RowParallelLinear(nn.Module):
     def __init__(self, in_features, out_features, bias=True, input_is_parallel=True, *, sequence_parallel=False,
                  seed=0, dtype=None, master=None):
         super().__init__()
-        master = master or _dense_linear_master(in_features, out_features, bias, seed, dtype)
+        master = _linear_master(master, in_features, out_features, bias, seed, dtype)
         rank, size = _world()[0], _divide(in_features, "in_features")
         self.input_is_parallel, self.sequence_parallel = input_is_parallel, sequence_parallel
         self.weight = nn.Parameter(master["weight"][:, rank * size:(rank + 1) * size].clone())
