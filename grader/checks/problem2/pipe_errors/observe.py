@@ -1,8 +1,8 @@
 """2.2-exceptions, 2.2-exception-unchanged and 2.2-base-exception, child side: one grader stage
 raises on one microbatch (or several stages, each on one, or one takes longer than the Pipe's
-timeout); recorded are what reached the
-caller, what ran before it did, the next forward on a good batch, the workers that served it, and
-the threads left after ``close()``. Judged in ``judge.py``."""
+timeout); recorded are what reached the caller (and whose exception it is), what ran before it
+did, the next forward on a good batch, the workers that served it, and the threads left after
+``close()``. Judged in ``judge.py``."""
 from __future__ import annotations
 
 import threading
@@ -153,8 +153,9 @@ def _observe(seed: int, params: dict, kind: str, timeout: bool) -> dict:
 
 
 def observe_exceptions(seed: int, params: dict):
-    """An Exception in one stage (several cases), Exceptions in several stages, and a stage slower than the timeout: what reached
-    the caller, the next forward, and which threads were left after close()."""
+    """An Exception in one stage (several cases), Exceptions in several stages, and a stage slower
+    than the timeout: what reached the caller, the next forward, and which threads were left after
+    close()."""
     return _observe(seed, params, "exception", timeout=True)
 
 
