@@ -181,6 +181,19 @@ def judge_exception_unchanged(seed: int, params: dict, observation) -> None:
                    "StageWorkers.receive raised; let that exception reach the caller unchanged")
 
 
+def _as_scheduled(case, seen) -> bool:
+    """Whether the failing forward gave every stage the schedule's microbatches and received the
+    schedule's pairs in its order, as far as it went: else "first" is not the schedule's."""
+    count, rows, split_size, _ = case
+    sizes = microbatch_sizes(rows, split_size)
+    microbatches = [(sum(sizes[:i]), size) for i, size in enumerate(sizes)]
+    receives = [int(call[len("receive("):-1]) for wave in expected_calls(len(sizes), count) for call in wave
+                if call.startswith("receive(")]
+    received = list(seen["received"])
+    return (received == receives[:len(received)]
+            and all([tuple(pair) for pair in given] == microbatches[:len(given)] for given in seen["given_all"]))
+
+
 def _judge_first_of_several(observation) -> None:
     """Where several stages fail, the caller gets the first exception in schedule order (the earliest
     wave, in it the lowest stage: the order the wave lists its pairs), and no later wave runs."""
@@ -188,8 +201,8 @@ def _judge_first_of_several(observation) -> None:
         count, rows, split_size, failures = SEVERAL_CASES[index]
         first = _first_failure(failures)
         caught, where = seen["caught"], _several_where(index)
-        if not seen["raised"][first] or not caught["raised"]:
-            continue  # the first failing stage never got its microbatch, or nothing reached the caller: 2.2-exceptions'
+        if not seen["raised"][first] or not caught["raised"] or not _as_scheduled(SEVERAL_CASES[index], seen):
+            continue  # nothing reached the caller (2.2-exceptions'), or the calls left the schedule (2.2-call-order's)
         if caught["which"] != first:
             stage, microbatch = failures[first]
             got = (f"the exception stage {failures[caught['which']][0]} raised on microbatch {failures[caught['which']][1]}"

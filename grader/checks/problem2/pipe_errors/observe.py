@@ -61,8 +61,8 @@ def _next_forward(runtime, pipe, seed: int, tag: int, rows: int) -> dict:
 
 def _failing_pipe(seed: int, pipeline, runtime, tag: int, case: tuple, failures, fail_with: str) -> dict:
     """The stages of ``case`` (stages, rows, split_size), each ``(stage, microbatch)`` of ``failures``
-    raising ``FAILURES[fail_with]``: what reached the caller, what the stages ran, and the next
-    forward on a good batch."""
+    raising ``FAILURES[fail_with]``: what reached the caller, what the stages ran (the rows each was
+    given, the stages received in order), and the next forward on a good batch."""
     count, rows, split_size = case
     stages = build_stages(seed, tag, count)
     for stage in stages:
@@ -73,9 +73,13 @@ def _failing_pipe(seed: int, pipeline, runtime, tag: int, case: tuple, failures,
     pipe = pipeline.Pipe(stages, devices=["cpu"] * count, split_size=split_size)
     try:
         workers = pipe.workers
-        caught = _caught(pipe, make_batch(seed, tag, rows), [stage.raised for stage in failing])
+        events: list = []
+        with runtime.observe(events.append):
+            caught = _caught(pipe, make_batch(seed, tag, rows), [stage.raised for stage in failing])
         seen = {"caught": caught, "raised": [bool(stage.raised) for stage in failing],
-                "calls": [len(stage.given) for stage in stages], "given": list(failing[0].given)}
+                "calls": [len(stage.given) for stage in stages], "given": list(failing[0].given),
+                "given_all": [list(stage.given) for stage in stages],
+                "received": [event.stage for event in events if event.kind == "receive"]}
         for stage in failing:
             stage.fail_on = None
         again = _next_forward(runtime, pipe, seed, GOOD_BATCH + tag, rows)

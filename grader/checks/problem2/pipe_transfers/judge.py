@@ -20,11 +20,11 @@ from grader.checks.problem2.pipe_transfers.cases import TRANSFER_DEVICES, TRANSF
 # tensor itself, so on a CPU-only grader only the name gives a transfer away. Other ops
 # count only when they make new data (x.contiguous() of a contiguous batch is x itself).
 TRANSFER_OPS = {"to", "cuda", "cpu", "copy_", "clone", "pin_memory", "detach_copy", "new_tensor"}
-LAYOUTS = {
-    "contiguous": "a contiguous batch",
-    "transposed": "a batch that is not contiguous (rows and columns swapped in memory, as x.t() of a 6 x 6 batch)",
-    "every other row": "a batch that is not contiguous (every other row of a larger batch, x[::2])",
-    "expanded": "a batch that is not contiguous (one row expanded to 6, x.expand(6, -1))",
+LAYOUTS = {  # what the message says of each batch
+    "contiguous": "",
+    "transposed": ", on a batch that is not contiguous (rows and columns swapped in memory, as x.t() of a 6 x 6 batch)",
+    "every other row": ", on a batch that is not contiguous (every other row of a larger batch, x[::2])",
+    "expanded": ", on a batch that is not contiguous (one row expanded to 6, x.expand(6, -1))",
 }
 NOT_CONTIGUOUS = (" x.contiguous() (or .clone(), torch.cat) of a batch that is not contiguous copies all of it there: "
                   "if a stage needs contiguous memory, make the microbatch contiguous inside the submitted callable")
@@ -45,8 +45,8 @@ def _judge_log(layout: str, log) -> None:
         submits = kinds[:position].count("submit")
         when = "before the first submit" if position < first_submit else f"after {submits} submits, before the last receive"
         raise Fail(
-            f"Pipe.forward ran torch `{name}` on the calling thread {when}, on {LAYOUTS[layout]} (stages on the devices "
-            f"{', '.join(TRANSFER_DEVICES)}). Only views of the input (torch.split, slicing) may be made there before "
+            f"Pipe.forward ran torch `{name}` on the calling thread {when} (stages on the devices "
+            f"{', '.join(TRANSFER_DEVICES)}){LAYOUTS[layout]}. Only views of the input (torch.split, slicing) may be made there before "
             "the first submit, and only torch.cat after the last receive; moving a microbatch (.to(device)), copying "
             "or computing on it belongs inside the submitted callable. On GPUs a copy on the calling thread blocks it, "
             "so the next stage's work is submitted late and the stages wait for each other (no pipeline speedup)."
