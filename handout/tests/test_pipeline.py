@@ -495,6 +495,9 @@ def test_the_first_exception_in_schedule_order_reaches_the_caller(pipe_factory, 
             "in one wave)")
     pipe = pipe_factory(stages, split_size)
     caught = raised_by(lambda: pipe(torch.randn(rows, 6)), StageFailure, case)
+    if stages[0].raised is None:
+        pytest.fail(f"{case}: stage 0 was never given microbatch {fail_on[0]}; see the tests of the microbatches and "
+                    "the call order")
     culprit = next((j for j, stage in enumerate(stages) if caught is stage.raised), None)
     got = f"stage {culprit}'s exception" if culprit is not None else repr(caught)
     assert culprit == 0, (
