@@ -555,6 +555,7 @@ def test_stages_run_concurrently(pipe_factory):
     start = time.perf_counter()
     out = pipe(x)
     elapsed = time.perf_counter() - start
+    # exact: zeros plus whole numbers are exact; the caller's x against its own copy
     assert torch.equal(out, x + num_stages), f"{num_stages} stages that add 1 each: expected x + {num_stages}, got {out.flatten().tolist()}"
     pipelined = (num_microbatches + num_stages - 1) * sleep  # 0.4 s
     serial = num_microbatches * num_stages * sleep  # 0.9 s
@@ -679,6 +680,7 @@ def test_the_callers_input_is_left_as_it_was(pipe_factory, kind):
     before = x.detach().clone()
     with torch.no_grad() if no_grad else torch.enable_grad():
         pipe(x)
+    # exact: zeros plus whole numbers are exact; the caller's x against its own copy
     assert torch.equal(x.detach(), before), f"contract (Guarantees): {kind}: forward changed the caller's x in place"
     assert x.requires_grad == requires_grad and x.grad_fn is None, (
         f"contract (Guarantees): {kind}: the caller's x had requires_grad={requires_grad}; after the forward it has "
