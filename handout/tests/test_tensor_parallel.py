@@ -344,8 +344,10 @@ def _untouched(rank, t, x):
             y = getattr(tp, name)(inp)
             y.register_hook(lambda g: handed.append((g, g.clone())))
             grad_of(y, torch.ones_like(y), inp)
+            # exact: each tensor against its own copy taken before the call (unchanged means the same bits); the same backward run twice on the same graph
             if not torch.equal(inp.detach(), before):
                 changed.append(f"{name} ({layout.__name__}) changed its input in place")
+            # exact: each tensor against its own copy taken before the call (unchanged means the same bits); the same backward run twice on the same graph
             if not all(torch.equal(g, then) for g, then in handed):
                 changed.append(f"{name} ({layout.__name__}): its backward changed the gradient it was handed, "
                                "in place")
@@ -356,18 +358,21 @@ def _untouched(rank, t, x):
     with torch.no_grad():
         for parameter in layer.parameters():
             parameter.add_(1.0)  # a training step
+    # exact: each tensor against its own copy taken before the call (unchanged means the same bits); the same backward run twice on the same graph
     if set(m) != set(before) or any(not torch.equal(m[k], before[k]) for k in m):
         changed.append("ColumnParallelLinear changed the master dict or its tensors (or its parameters share memory "
                        "with them)")
     master = model_master(rank)
     before = {k: v.clone() for k, v in master.items()}
     tp.ParallelLanguageModel(VOCAB, H, HEADS, LAYERS, FFN, master=master)
+    # exact: each tensor against its own copy taken before the call (unchanged means the same bits); the same backward run twice on the same graph
     if set(master) != set(before) or any(not torch.equal(master[k], before[k]) for k in master):
         changed.append(f"ParallelLanguageModel changed the master dict (keys now {len(master)}, were {len(before)}) or "
                        "its tensors")
     logits = block(x, rank, t, -1).clone().requires_grad_()
     logits_before, target = logits.detach().clone(), torch.zeros(S, B, dtype=torch.long)
     loss = tp.vocab_parallel_cross_entropy(logits, target)
+    # exact: each tensor against its own copy taken before the call (unchanged means the same bits); the same backward run twice on the same graph
     if not torch.equal(logits.detach(), logits_before):
         changed.append("vocab_parallel_cross_entropy changed the caller's logits in place")
     first = torch.autograd.grad(loss.sum(), logits, retain_graph=True)[0]
@@ -376,6 +381,7 @@ def _untouched(rank, t, x):
     except RuntimeError as error:
         changed.append(f"vocab_parallel_cross_entropy: a second backward through the same graph raised {error}")
     else:
+        # exact: each tensor against its own copy taken before the call (unchanged means the same bits); the same backward run twice on the same graph
         if not torch.equal(first, second):
             changed.append("vocab_parallel_cross_entropy: a second backward through the same graph gave another "
                            "gradient (its backward changed, in place, what the forward saved)")

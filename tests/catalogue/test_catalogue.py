@@ -245,6 +245,8 @@ PARITY_ENTRIES = [
     "chunk-instead-of-split",       # the right number of microbatches, the wrong sizes
     "serial-waves",                 # call order and concurrency
     "reraise-copy",                 # a copy of the stage's exception, not the stage's own
+    "pipe-raises-last-error-of-the-wave",  # the last of a wave's errors, right wherever one stage fails
+    "pipe-contiguous-copy-per-microbatch",  # a copy on the calling thread only of a batch that is not contiguous
     "pipe-retries-timeouts",        # a timed-out stage call submitted again
     "clock-cycles-cache-skips-checks",  # a cache hit answers clock_cycles(True, 3) after clock_cycles(1, 3)
     "plan-pipeline-no-returning-gradient",  # a factor of 2 in one term of 5.1 (once hidden by a wide tolerance)

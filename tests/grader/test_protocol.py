@@ -171,6 +171,7 @@ def _same(a, b) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, torch.Tensor):
+        # exact: a tensor against its own written and read-back copy
         return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
     if isinstance(a, float) and math.isnan(a):
         return math.isnan(b)

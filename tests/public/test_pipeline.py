@@ -462,6 +462,69 @@ def test_stage_exception_reaches_caller_and_pipe_is_reusable(pipe_factory):
     assert pipe.workers is workers, "contract (Guarantees): after an error the Pipe runs on new workers: self.workers serves every call"
 
 
+class FailsOnCall(nn.Module):
+    """Raises a StageFailure of its own on its call number ``call`` (0, 1, ...: a stage runs the
+    microbatches in order, so that is microbatch ``call``) while ``fail`` is set; None: never."""
+
+    def __init__(self, call):
+        super().__init__()
+        self.linear = nn.Linear(6, 6)
+        self.call, self.calls, self.fail, self.raised = call, 0, True, None
+
+    def forward(self, x):
+        self.calls += 1
+        if self.fail and self.calls - 1 == self.call:
+            self.raised = StageFailure(f"this stage refused microbatch {self.call}")
+            raise self.raised
+        return self.linear(x)
+
+
+SEVERAL_FAILURES = {  # (stages, rows, split_size, {stage: the microbatch it raises on}): all in one wave
+    "2 stages, wave 1": (2, 2, 1, {0: 1, 1: 0}),
+    "3 stages, wave 2": (3, 6, 2, {0: 2, 1: 1, 2: 0}),
+}
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-exception-unchanged")
+@pytest.mark.parametrize("kind", sorted(SEVERAL_FAILURES))
+def test_the_first_exception_in_schedule_order_reaches_the_caller(pipe_factory, kind):
+    count, rows, split_size, fail_on = SEVERAL_FAILURES[kind]
+    stages = [FailsOnCall(fail_on.get(j)) for j in range(count)]
+    case = (f"{count} stages, {rows} rows at split_size {split_size}, stage j raising on microbatch {fail_on} (all "
+            "in one wave)")
+    pipe = pipe_factory(stages, split_size)
+    caught = raised_by(lambda: pipe(torch.randn(rows, 6)), StageFailure, case)
+    if stages[0].raised is None:
+        pytest.fail(f"{case}: stage 0 was never given microbatch {fail_on[0]}; see the tests of the microbatches and "
+                    "the call order")
+    culprit = next((j for j, stage in enumerate(stages) if caught is stage.raised), None)
+    got = f"stage {culprit}'s exception" if culprit is not None else repr(caught)
+    assert culprit == 0, (
+        f"contract (Raises): {case}: the caller got {got}; expected the first in schedule order: stage 0's, the first "
+        "pair the wave lists (keep the first error of the wave, do not overwrite it)")
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-exceptions")
+def test_a_wave_where_every_stage_fails_is_taken_back_whole(pipe_factory):
+    stages = [FailsOnCall(2 - j) for j in range(3)]  # wave 2 = [(2, 0), (1, 1), (0, 2)]: every pair raises
+    pipe = pipe_factory(stages, 2)
+    raised_by(lambda: pipe(torch.randn(6, 6)), StageFailure, "3 stages, 6 rows at split_size 2, every pair of wave 2 raising")
+    for stage in stages:
+        stage.fail = False
+    x = torch.randn(6, 6)
+    try:
+        out = pipe(x)
+    except StageFailure as error:
+        pytest.fail(f"the call after the failed one raised {error!r}: an error of the failed call's wave was left in the "
+                    "workers; receive every pair of the wave, whatever else raises in it, before raising")
+    torch.testing.assert_close(out, run_sequentially(stages, x), rtol=RTOL, atol=ATOL,
+                               msg=lambda m: "the call after the failed one is not the stages run in sequence "
+                                             f"({m}); a result of the failed call's wave left in the workers does "
+                                             "this: receive every pair of the wave before raising")
+
+
 @pytest.mark.problem_2_2
 @pytest.mark.criterion("2.2-exceptions")
 def test_no_thread_alive_after_close():
@@ -492,6 +555,7 @@ def test_stages_run_concurrently(pipe_factory):
     start = time.perf_counter()
     out = pipe(x)
     elapsed = time.perf_counter() - start
+    # exact: zeros plus whole numbers are exact; the caller's x against its own copy
     assert torch.equal(out, x + num_stages), f"{num_stages} stages that add 1 each: expected x + {num_stages}, got {out.flatten().tolist()}"
     pipelined = (num_microbatches + num_stages - 1) * sleep  # 0.4 s
     serial = num_microbatches * num_stages * sleep  # 0.9 s
@@ -517,28 +581,55 @@ class CallingThreadOps(TorchFunctionMode):
         return result
 
 
-@pytest.mark.problem_2_2
-@pytest.mark.criterion("2.2-transfers", "2.3-speedup")
-def test_microbatches_are_moved_and_computed_inside_the_submitted_callables(pipe_factory):
-    # Distinct devices that are all the CPU, so that a move guarded by `if x.device != device`
-    # happens here as it would between two GPUs.
-    pipe = pipe_factory(make_stages(3), 2, devices=["cpu:0", "cpu", "cpu:0"])
+def calling_thread_log(pipe, x):
+    """The torch operations (name, whether new data) and the submits and receives of the calling
+    thread while ``pipe`` forwards ``x``."""
     log, thread = [], threading.get_ident()
 
     def on_event(event):
         if event.kind in ("submit", "receive") and threading.get_ident() == thread:
             log.append((event.kind, False))
 
-    x = torch.randn(6, 6)
     with runtime.observe(on_event), CallingThreadOps(log):
         pipe(x)
+    return log
+
+
+def check_only_views_before_the_last_receive(log, batch):
     last_receive = max(i for i, (name, _) in enumerate(log) if name == "receive")
     for name, fresh in log[:last_receive]:
         assert name not in ("to", "cuda", "cpu", "clone", "copy_") and not fresh, (
-            f"Pipe.forward ran torch `{name}` on the calling thread before its last receive: moving a "
+            f"Pipe.forward ran torch `{name}` on the calling thread before its last receive, on {batch}: moving a "
             "microbatch (.to(device)), copying or computing on it belongs inside the submitted callable "
             "(only views such as torch.split before, only torch.cat after the last receive)"
         )
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-transfers", "2.3-speedup")
+def test_microbatches_are_moved_and_computed_inside_the_submitted_callables(pipe_factory):
+    # Distinct devices that are all the CPU, so that a move guarded by `if x.device != device`
+    # happens here as it would between two GPUs.
+    pipe = pipe_factory(make_stages(3), 2, devices=["cpu:0", "cpu", "cpu:0"])
+    check_only_views_before_the_last_receive(calling_thread_log(pipe, torch.randn(6, 6)), "a contiguous batch")
+
+
+NOT_CONTIGUOUS = {
+    "transposed": lambda: torch.randn(6, 6).t(),
+    "every other row": lambda: torch.randn(12, 6)[::2],
+    "expanded": lambda: torch.randn(1, 6).expand(6, -1),
+}
+
+
+@pytest.mark.problem_2_2
+@pytest.mark.criterion("2.2-transfers")
+@pytest.mark.parametrize("layout", sorted(NOT_CONTIGUOUS))
+def test_a_batch_that_is_not_contiguous_is_not_copied_on_the_calling_thread(pipe_factory, layout):
+    # x.contiguous() of such a batch copies all of it before any stage starts; a stage that needs
+    # contiguous memory gets it inside the submitted callable.
+    pipe = pipe_factory(make_stages(3), 2, devices=["cpu:0", "cpu", "cpu:0"])
+    log = calling_thread_log(pipe, NOT_CONTIGUOUS[layout]())
+    check_only_views_before_the_last_receive(log, f"a batch that is not contiguous ({layout})")
 
 
 class Flatten(nn.Module):
@@ -589,6 +680,7 @@ def test_the_callers_input_is_left_as_it_was(pipe_factory, kind):
     before = x.detach().clone()
     with torch.no_grad() if no_grad else torch.enable_grad():
         pipe(x)
+    # exact: zeros plus whole numbers are exact; the caller's x against its own copy
     assert torch.equal(x.detach(), before), f"contract (Guarantees): {kind}: forward changed the caller's x in place"
     assert x.requires_grad == requires_grad and x.grad_fn is None, (
         f"contract (Guarantees): {kind}: the caller's x had requires_grad={requires_grad}; after the forward it has "

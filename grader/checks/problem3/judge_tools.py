@@ -4,8 +4,6 @@ recorded collectives against a budget. Every failure is worded here or in a judg
 student's terms."""
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from grader.checks.compare import max_difference
@@ -19,21 +17,6 @@ VOLUME = {"all_reduce": lambda t: 2 * (t - 1) / t, "all_gather": lambda t: (t - 
           "reduce_scatter": lambda t: (t - 1) / t, "all_to_all": lambda t: (t - 1) / t}
 NO_PROCESS_GROUP = ("(with no process group, every communication op is the identity and calls no collective: "
                     "get_world_size() is 1)")
-
-
-def one_thread(judge):
-    """``judge`` run with torch on one thread: its dense references are tiny tensors, which
-    torch's threads make 50 times slower on a busy machine (the grader's threads restored)."""
-    @functools.wraps(judge)
-    def judged(*args, **kwargs):
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return judge(*args, **kwargs)
-        finally:
-            torch.set_num_threads(threads)
-
-    return judged
 
 
 def world_sizes(observation, params: dict, what: str, default: tuple[int, ...]) -> dict[int, list]:

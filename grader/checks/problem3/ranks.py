@@ -188,6 +188,8 @@ def run_op(op, x: torch.Tensor, grad: torch.Tensor, phase: str, layout=torch.clo
         with recorder.Phase(f"{phase}.backward"):
             backward(y, grad)
         result["grad"] = out(x.grad)
+    # exact: the input and the handed gradients against their own copies taken before
     result["input_changed"] = not torch.equal(x.detach(), x_before)
+    # exact: the input and the handed gradients against their own copies taken before
     result["grad_changed"] = any(not torch.equal(now, then) for now, then in handed)
     return result

@@ -27,27 +27,35 @@ def with_forward(student, forward):
     student("Pipe", type("Pipe", (pipeline.Pipe,), {"forward": lambda self, x: forward(original, self, x)}))
 
 
-def written_out(student, catch=BaseException, receive=None, restart=False):
+KEPT = {  # which of a wave's errors (microbatch, error), in the order received, a Pipe raises
+    "first": lambda errors: errors[0][1],
+    "last": lambda errors: errors[-1][1],
+    "lowest microbatch": lambda errors: min(errors, key=lambda error: error[0])[1],
+}
+
+
+def written_out(student, catch=BaseException, receive=None, restart=False, keep="first", split=None):
     """A Pipe forward written out as a student would, with one thing changed: the exceptions it
-    catches, how it receives (``receive(workers, j)``), or new workers after an error."""
+    catches, how it receives (``receive(workers, j)``), new workers after an error, which error of
+    a wave it raises (``keep``, a key of ``KEPT``), or how it splits the batch (``split(x, size)``)."""
     from minitorch import pipeline
 
     def forward(self, x):
-        microbatches = list(torch.split(x, self.split_size))
+        microbatches = split(x, self.split_size) if split else list(torch.split(x, self.split_size))
         for wave in pipeline.clock_cycles(len(microbatches), len(self.stages)):
             for i, j in wave:
                 self.workers.submit(j, lambda stage=self.stages[j], batch=microbatches[i], device=self.devices[j]:
                                     stage(batch.to(device)))
-            first_error = None
+            errors = []
             for i, j in wave:
                 try:
                     microbatches[i] = receive(self.workers, j) if receive else self.workers.receive(j)
                 except catch as error:
-                    first_error = first_error or error
-            if first_error is not None:
+                    errors.append((i, error))
+            if errors:
                 if restart:
                     self.workers = StageWorkers(self.devices)
-                raise first_error
+                raise KEPT[keep](errors)
         return torch.cat(microbatches)
 
     student("Pipe", type("Pipe", (pipeline.Pipe,), {"forward": forward}))
@@ -219,11 +227,41 @@ def test_a_move_guarded_by_the_device_fails_transfers(student):
         return original(self, x)
 
     with_forward(student, forward)
-    fails("transfers", r"ran torch `to` on the calling thread before the first submit \(stages on the devices cpu:0")
+    fails("transfers", r"ran torch `to` on the calling thread before the first submit \(stages on the devices cpu:0, cpu, cpu:0\)\. Only")
 
 
 def test_contiguous_of_a_contiguous_batch_keeps_transfers(student):
-    with_forward(student, lambda original, self, x: original(self, x.contiguous()))
+    def forward(original, self, x):
+        return original(self, x.contiguous()) if x.is_contiguous() else original(self, x)
+
+    with_forward(student, forward)
+    run("transfers")
+
+
+@pytest.mark.parametrize("copy, layout", [
+    (lambda x: x.contiguous(), "rows and columns swapped"),
+    (lambda x: x.clone() if x.stride(-1) != 1 else x, "rows and columns swapped"),
+    (lambda x: x if x.is_contiguous() else torch.cat(list(x.split(2))), "rows and columns swapped"),
+    (lambda x: x.contiguous() if x.stride(-1) == 1 and not x.is_contiguous() else x, r"x\[::2\]"),
+    (lambda x: x.contiguous() if x.stride(0) == 0 else x, r"x\.expand"),
+], ids=["contiguous", "clone-guarded-by-stride", "cat", "contiguous-guarded-by-row-stride", "contiguous-of-expanded"])
+def test_a_copy_of_a_batch_that_is_not_contiguous_fails_transfers(student, copy, layout):
+    with_forward(student, lambda original, self, x: original(self, copy(x)))
+    fails("transfers", rf"on the calling thread before the first submit \(stages on .*\), on a batch that is not contiguous .*{layout}"
+          ".* if a stage needs contiguous memory, make the microbatch contiguous inside the submitted callable")
+
+
+def test_contiguous_microbatches_on_the_calling_thread_fail_transfers(student):
+    written_out(student, split=lambda x, size: [microbatch.contiguous() for microbatch in torch.split(x, size)])
+    fails("transfers", r"ran torch `contiguous` on the calling thread before the first submit \(stages on .*\), on a batch "
+          r"that is not contiguous \(rows and columns swapped")
+
+
+def test_refusing_a_batch_that_is_not_contiguous_keeps_transfers(student):
+    def forward(original, self, x):
+        return original(self, x.view(x.shape[0], -1))  # a .view raises on one that is not contiguous
+
+    with_forward(student, forward)
     run("transfers")
 
 
@@ -315,6 +353,50 @@ def test_raising_after_the_whole_schedule_fails_only_the_convention(student):
     student("Pipe", type("Pipe", (pipeline.Pipe,), {"forward": forward}))
     fails("exception_unchanged", "no later wave runs")
     run("exceptions")
+
+
+def test_keeping_the_last_error_of_a_wave_fails_only_the_convention(student):
+    written_out(student, keep="last")  # right wherever one stage fails
+    fails("exception_unchanged", r"2 stages, a batch of 2 rows, split_size=1 .*, stage 1 raising .* and stage 0 raising "
+          r".*: the caller got the exception stage 1 raised on microbatch 0; expected the first exception in schedule "
+          r"order, the one stage 0 raised on microbatch 1")
+    run("exceptions")
+
+
+def test_the_error_of_the_lowest_microbatch_fails_only_the_convention(student):
+    written_out(student, keep="lowest microbatch")  # "first" read as the earliest rows, not the schedule's order
+    fails("exception_unchanged", "the caller got the exception stage 1 raised on microbatch 0; expected the first")
+    run("exceptions")
+
+
+def test_microbatches_astray_cost_no_first_exception(student):
+    written_out(student, split=lambda x, size: list(torch.chunk(x, size)))  # 2.2-call-order's mistake, not "first"'s
+    fails("call_order", "split_size=2 rows per microbatch")
+    run("exception_unchanged")
+
+
+def test_taking_back_the_rest_of_a_wave_outside_the_try_fails_the_exceptions(student):
+    from minitorch import pipeline
+
+    def forward(self, x):  # after the first error the rest of the wave is received unguarded
+        microbatches = list(torch.split(x, self.split_size))
+        for wave in pipeline.clock_cycles(len(microbatches), len(self.stages)):
+            for i, j in wave:
+                self.workers.submit(j, lambda stage=self.stages[j], batch=microbatches[i]: stage(batch))
+            for n, (i, j) in enumerate(wave):
+                try:
+                    microbatches[i] = self.workers.receive(j)
+                except BaseException:
+                    for _, rest in wave[n + 1:]:
+                        self.workers.receive(rest)
+                    raise
+        return torch.cat(microbatches)
+
+    student("Pipe", type("Pipe", (pipeline.Pipe,), {"forward": forward}))
+    fails("exceptions", "stage 0 raising .*: the next forward on a good batch raised GraderStageError: stage 2 refuses "
+          r"microbatch 0; .*; perhaps results of the failed call were left in the workers \(receive the rest of the wave, "
+          "whatever else raises in it")
+    fails("exception_unchanged", "the caller got the exception stage 1 raised on microbatch 0; expected the first")
 
 
 def test_catching_only_exception_fails_only_the_base_exception_convention(student):

@@ -48,6 +48,7 @@ def test_student_tensor_runs_no_method_of_a_subclass():
     view = student_tensor(sneaky, "Pipe output")
     assert type(view) is torch.Tensor
     assert view.detach().flatten().tolist() == [3.0, 1.0, 2.0]
+    # exact: integer-valued floats against zeros
     assert not torch.equal(view, torch.zeros(3, 1))
     view.sum().backward()
     assert rows.grad is not None

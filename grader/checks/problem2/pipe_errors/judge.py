@@ -4,7 +4,9 @@ against the stages run in sequence. Observed in ``observe.py``.
 
 The understanding (2.2-exceptions: an error reaches the caller, a timeout is not retried, the
 Pipe works again afterwards with the same workers) is apart from two conventions of 1 point: the
-caller gets the stage's own object once its wave is taken back, and a ``BaseException`` that is
+caller gets the stage's own object once its wave is taken back (where several stages fail, the
+first in schedule order: which one is the contract's choice, any of them tells the caller that
+the forward failed), and a ``BaseException`` that is
 not an ``Exception`` is handled like one (frameworks that catch ``Exception`` only lose that point).
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 from grader.checks.judging import Fail, expect_cases, expect_tensor
 from grader.checks.problem2.expected import expected_calls, microbatch_sizes, sequential
 from grader.checks.problem2.judge_pipe import ATOL, RTOL, compare_rows, describe
-from grader.checks.problem2.pipe_errors.cases import GOOD_BATCH, KINDS, TAGS, TIMEOUT_CASE
+from grader.checks.problem2.pipe_errors.cases import GOOD_BATCH, KINDS, SEVERAL_CASES, TAGS, TIMEOUT_CASE
 from grader.checks.problem2.stages import FAILURES, build_stages, make_batch
 
 SAME_WORKERS = ("self.workers serves every call until close(): do not replace the StageWorkers after an error "
@@ -52,6 +54,8 @@ def _judge_again(where: str, seed: int, tag: int, count: int, rows: int, split_s
     problem = _again_problem(seed, tag, count, rows, split_size, again)
     if problem and problem.startswith("the next forward on a good batch is wrong"):
         problem += f": either the forward itself is wrong (see 2.2-forward) or {leftovers}"
+    elif problem and again["error"] is not None:
+        problem += f"; perhaps {leftovers}"
     if problem:
         raise Fail(f"{where}: {problem}")
 
@@ -72,6 +76,36 @@ def _reached(where: str, seen, kind: str) -> bool:
     return True
 
 
+def _several_where(index: int) -> str:
+    count, rows, split_size, failures = SEVERAL_CASES[index]
+    raising = " and ".join(f"stage {stage} raising {FAILURES['Exception'].__qualname__} on microbatch {microbatch} "
+                           f"(wave {stage + microbatch})" for stage, microbatch in failures)
+    return f"{describe(count, rows, split_size)}, {raising}"
+
+
+def _first_failure(failures) -> int:
+    """The index in ``failures`` of the first in schedule order: the earliest wave, in it the lowest stage."""
+    return min(range(len(failures)), key=lambda n: (sum(failures[n]), failures[n][0]))
+
+
+def _several(observation) -> list:
+    return expect_cases(observation["several"], list(range(len(SEVERAL_CASES))), "Pipe forward with several failing stages")
+
+
+def _judge_several_reached(seed: int, observation) -> None:
+    """Where several stages fail, one of their exceptions reaches the caller and the Pipe works again."""
+    for index, seen in enumerate(_several(observation)):
+        count, rows, split_size, failures = SEVERAL_CASES[index]
+        if not any(seen["raised"]):
+            continue  # no failing stage got its microbatch: the single-failure cases and 2.2-call-order say how
+        where, caught = _several_where(index), seen["caught"]
+        if not caught["raised"]:
+            raise Fail(f"{where}: the Pipe returned normally; a stage's exception must reach the caller (it was swallowed)")
+        _judge_again(where, seed, TAGS["several"] + index, count, rows, split_size, seen["again"],
+                     "results of the failed call were left in the workers (receive the rest of the wave, whatever "
+                     "else raises in it, before raising)")
+
+
 def judge_exceptions(seed: int, params: dict, observation) -> None:
     """An Exception reaches the caller, a timeout is not retried, and the Pipe works again, on the same workers."""
     for index, seen in enumerate(_cases(observation, "exception")):
@@ -85,6 +119,7 @@ def judge_exceptions(seed: int, params: dict, observation) -> None:
                        "wrong stages (a lambda that reads i and j when it runs instead of binding them? see 2.2-call-order)")
         _judge_again(where, seed, TAGS["exception"] + index, count, rows, split_size, seen["again"],
                      "results of the failed call were left in the workers (receive the rest of the wave before raising)")
+    _judge_several_reached(seed, observation)
     _judge_timeout(seed, observation["timeout"])
     if observation["alive"]:
         raise Fail(f"threads still alive after close(): {', '.join(observation['alive'][:5])}")
@@ -138,11 +173,52 @@ def judge_exception_unchanged(seed: int, params: dict, observation) -> None:
             raise Fail(f"{where}: the stages ran {list(seen['calls'])} microbatches (stage 0, 1, ...) before the error "
                        f"reached the caller; expected {allowed}: the forward stops once the wave the error was raised "
                        "in is taken back, no later wave runs")
+    _judge_first_of_several(observation)
     caught = observation["timeout"]["caught"]
     if caught["raised"] and caught["timeout"] and not caught["is_timeout"]:  # one that never arrived is 2.2-exceptions'
         raise Fail(f"Pipe(..., timeout={TIMEOUT_CASE['timeout']:g}) whose stage {TIMEOUT_CASE['stage']} does not finish in "
                    f"time: the caller got {caught['type']}: {caught['message']!r}, not the TimeoutError that "
                    "StageWorkers.receive raised; let that exception reach the caller unchanged")
+
+
+def _as_scheduled(case, seen) -> bool:
+    """Whether the failing forward gave every stage the schedule's microbatches and received the
+    schedule's pairs in its order, as far as it went: else "first" is not the schedule's."""
+    count, rows, split_size, _ = case
+    sizes = microbatch_sizes(rows, split_size)
+    microbatches = [(sum(sizes[:i]), size) for i, size in enumerate(sizes)]
+    receives = [int(call[len("receive("):-1]) for wave in expected_calls(len(sizes), count) for call in wave
+                if call.startswith("receive(")]
+    received = list(seen["received"])
+    return (received == receives[:len(received)]
+            and all([tuple(pair) for pair in given] == microbatches[:len(given)] for given in seen["given_all"]))
+
+
+def _judge_first_of_several(observation) -> None:
+    """Where several stages fail, the caller gets the first exception in schedule order (the earliest
+    wave, in it the lowest stage: the order the wave lists its pairs), and no later wave runs."""
+    for index, seen in enumerate(_several(observation)):
+        count, rows, split_size, failures = SEVERAL_CASES[index]
+        first = _first_failure(failures)
+        caught, where = seen["caught"], _several_where(index)
+        if not seen["raised"][first] or not caught["raised"] or not _as_scheduled(SEVERAL_CASES[index], seen):
+            continue  # nothing reached the caller (2.2-exceptions'), or the calls left the schedule (2.2-call-order's)
+        if caught["which"] != first:
+            stage, microbatch = failures[first]
+            got = (f"the exception stage {failures[caught['which']][0]} raised on microbatch {failures[caught['which']][1]}"
+                   if caught["which"] is not None
+                   else f"{caught['type']}: {caught['message']!r}, not the object stage {stage} raised")
+            raise Fail(f"{where}: the caller got {got}; expected the first exception in schedule order, the one stage "
+                       f"{stage} raised on microbatch {microbatch} (the earliest wave, in it the first pair received): "
+                       "keep the first error of the wave (do not overwrite it, and receive every other pair of the wave "
+                       "inside the same try) and raise that one, unchanged")
+        wave = sum(failures[first])
+        microbatches = len(microbatch_sizes(rows, split_size))
+        allowed = [sum(1 for i in range(microbatches) if i + j <= wave) for j in range(count)]
+        if sum(seen["calls"]) > sum(allowed):
+            raise Fail(f"{where}: the stages ran {list(seen['calls'])} microbatches (stage 0, 1, ...) before the error "
+                       f"reached the caller; expected {allowed}: the forward stops once the wave of the first error is "
+                       "taken back, no later wave runs")
 
 
 def judge_base_exception(seed: int, params: dict, observation) -> None:

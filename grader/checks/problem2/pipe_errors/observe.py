@@ -1,14 +1,15 @@
 """2.2-exceptions, 2.2-exception-unchanged and 2.2-base-exception, child side: one grader stage
-raises on one microbatch (or takes longer than the Pipe's timeout); recorded are what reached the
-caller, what ran before it did, the next forward on a good batch, the workers that served it, and
-the threads left after ``close()``. Judged in ``judge.py``."""
+raises on one microbatch (or several stages, each on one, or one takes longer than the Pipe's
+timeout); recorded are what reached the caller (and whose exception it is), what ran before it
+did, the next forward on a good batch, the workers that served it, and the threads left after
+``close()``. Judged in ``judge.py``."""
 from __future__ import annotations
 
 import threading
 from typing import Any
 
 from grader.checks.problem2.pieces import student_pipeline
-from grader.checks.problem2.pipe_errors.cases import GOOD_BATCH, KINDS, TAGS, TIMEOUT_CASE
+from grader.checks.problem2.pipe_errors.cases import GOOD_BATCH, KINDS, SEVERAL_CASES, TAGS, TIMEOUT_CASE
 from grader.checks.problem2.recorded import error_message, error_text
 from grader.checks.problem2.stages import build_stages, make_batch
 from grader.checks.recording import student_tensor, trusted
@@ -27,17 +28,20 @@ def _chain(error: BaseException) -> list[BaseException]:
     return found
 
 
-def _caught(pipe, x, own: list) -> dict:
+def _caught(pipe, x, owners: list[list]) -> dict:
     """What ``pipe(x)`` let reach the caller: nothing, or an exception (its type, message, whether
-    it is one of ``own``, whether it carries one, whether it is or carries a TimeoutError)."""
+    it is one of the exceptions in ``owners``, which owner's (``which``: an index, or None), whether
+    it carries one, whether it is or carries a TimeoutError)."""
     try:
         pipe(x)
     except NotImplementedError:
         raise
     except BaseException as error:  # noqa: BLE001 - what reached the caller is graded
         chain = _chain(error)
+        which = [index for index, own in enumerate(owners) if any(error is mine for mine in own)]
         return {"raised": True, "type": type(error).__qualname__, "message": error_message(error, 500),
-                "same_object": any(error is mine for mine in own), "carries": any(e is mine for e in chain for mine in own),
+                "same_object": bool(which), "which": which[0] if which else None,
+                "carries": any(e is mine for e in chain for own in owners for mine in own),
                 "timeout": any(isinstance(e, TimeoutError) for e in chain), "is_timeout": isinstance(error, TimeoutError)}
     return {"raised": False}
 
@@ -55,27 +59,49 @@ def _next_forward(runtime, pipe, seed: int, tag: int, rows: int) -> dict:
     return {"output": out.detach().clone(), "error": None, "workers": sorted({e.workers for e in events})}
 
 
-def _failing_case(seed: int, pipeline, runtime, kind: str, index: int, fail_with: str) -> dict:
-    """Case ``index`` of ``kind`` with the stage raising ``FAILURES[fail_with]``: what reached the
-    caller, what the stages ran, and the next forward on a good batch."""
-    count, rows, split_size, bad_stage, bad_microbatch = KINDS[kind][index]
-    tag = TAGS[kind] + index
+def _failing_pipe(seed: int, pipeline, runtime, tag: int, case: tuple, failures, fail_with: str) -> dict:
+    """The stages of ``case`` (stages, rows, split_size), each ``(stage, microbatch)`` of ``failures``
+    raising ``FAILURES[fail_with]``: what reached the caller, what the stages ran (the rows each was
+    given, the stages received in order), and the next forward on a good batch."""
+    count, rows, split_size = case
     stages = build_stages(seed, tag, count)
     for stage in stages:
         stage.split_size = split_size
-    stages[bad_stage].fail_on, stages[bad_stage].fail_with = bad_microbatch, fail_with
+    failing = [stages[stage] for stage, _ in failures]
+    for stage, (_, microbatch) in zip(failing, failures):
+        stage.fail_on, stage.fail_with = microbatch, fail_with
     pipe = pipeline.Pipe(stages, devices=["cpu"] * count, split_size=split_size)
     try:
         workers = pipe.workers
-        caught = _caught(pipe, make_batch(seed, tag, rows), stages[bad_stage].raised)
-        seen = {"case": index, "caught": caught, "stage_raised": bool(stages[bad_stage].raised),
-                "calls": [len(stage.given) for stage in stages], "given": list(stages[bad_stage].given)}
-        stages[bad_stage].fail_on = None
+        events: list = []
+        with runtime.observe(events.append):
+            caught = _caught(pipe, make_batch(seed, tag, rows), [stage.raised for stage in failing])
+        seen = {"caught": caught, "raised": [bool(stage.raised) for stage in failing],
+                "calls": [len(stage.given) for stage in stages], "given": list(failing[0].given),
+                "given_all": [list(stage.given) for stage in stages],
+                "received": [event.stage for event in events if event.kind == "receive"]}
+        for stage in failing:
+            stage.fail_on = None
         again = _next_forward(runtime, pipe, seed, GOOD_BATCH + tag, rows)
         seen["again"] = {**again, "same_workers": pipe.workers is workers and again["workers"] in ([], [id(workers)])}
     finally:
         pipe.close()
     return seen
+
+
+def _failing_case(seed: int, pipeline, runtime, kind: str, index: int, fail_with: str) -> dict:
+    """Case ``index`` of ``kind``: one stage raising ``FAILURES[fail_with]`` on one microbatch."""
+    count, rows, split_size, bad_stage, bad_microbatch = KINDS[kind][index]
+    seen = _failing_pipe(seed, pipeline, runtime, TAGS[kind] + index, (count, rows, split_size),
+                         [(bad_stage, bad_microbatch)], fail_with)
+    return {"case": index, **seen, "stage_raised": seen["raised"][0]}
+
+
+def _several_case(seed: int, pipeline, runtime, index: int) -> dict:
+    """Case ``index`` of ``SEVERAL_CASES``: several stages raising an Exception, each on one microbatch."""
+    count, rows, split_size, failures = SEVERAL_CASES[index]
+    seen = _failing_pipe(seed, pipeline, runtime, TAGS["several"] + index, (count, rows, split_size), failures, "Exception")
+    return {"case": index, **seen}
 
 
 def _timeout_case(seed: int, pipeline, runtime) -> dict:
@@ -122,6 +148,8 @@ def _observe(seed: int, params: dict, kind: str, timeout: bool) -> dict:
                   "as_exception": _failing_case(seed, pipeline, runtime, kind, index, "Exception")}
                  for index in range(len(KINDS[kind]))]
     observation: dict[str, Any] = {"cases": cases}
+    if kind == "exception":
+        observation["several"] = [_several_case(seed, pipeline, runtime, index) for index in range(len(SEVERAL_CASES))]
     if timeout:
         observation["timeout"] = _timeout_case(seed, pipeline, runtime)
     observation["alive"] = _alive(before)
@@ -129,13 +157,15 @@ def _observe(seed: int, params: dict, kind: str, timeout: bool) -> dict:
 
 
 def observe_exceptions(seed: int, params: dict):
-    """An Exception in one stage (several cases) and a stage slower than the timeout: what reached
-    the caller, the next forward, and which threads were left after close()."""
+    """An Exception in one stage (several cases), Exceptions in several stages, and a stage slower
+    than the timeout: what reached the caller, the next forward, and which threads were left after
+    close()."""
     return _observe(seed, params, "exception", timeout=True)
 
 
 def observe_exception_unchanged(seed: int, params: dict):
-    """The same failing stages (and timeout) as 2.2-exceptions; judged on what reached the caller and on what ran after the error."""
+    """The same failing stages (and timeout) as 2.2-exceptions; judged on what reached the caller (the
+    first error in schedule order, where several stages fail) and on what ran after the error."""
     return _observe(seed, params, "exception", timeout=True)
 
 

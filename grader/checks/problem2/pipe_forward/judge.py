@@ -94,6 +94,7 @@ def judge_input_unchanged(seed: int, params: dict, observation) -> None:
         where = f"{describe(case['stages'], case['rows'], case['split'])}; {_case_text(case) or 'a plain batch'}"
         before = case_input(seed, 500 + index, case["rows"], case)
         values = expect_tensor(entry["values"], where)
+        # exact: the caller's x after the call against the same draw before it (unchanged means the same bits)
         if values.shape != before.shape or values.dtype != before.dtype or not torch.equal(values, before):
             raise Fail(f"{where}: forward changed the caller's x in place (its values {differs(values, before)}); "
                        "it must leave x as it was")

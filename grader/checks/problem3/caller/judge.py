@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from grader.checks.judging import Fail
 from grader.checks.problem3 import cases
-from grader.checks.problem3.judge_tools import one_thread, world_sizes
+from grader.checks.problem3.judge_tools import world_sizes
+from grader.checks.threads import single_threaded
 
 
-@one_thread
+@single_threaded
 def judge_caller_unchanged(seed: int, params: dict, observation) -> None:
     ran, stubs = 0, []
     for t, values in world_sizes(observation, params, "the caller's tensors", cases.CONVENTION_SIZES).items():

@@ -26,7 +26,9 @@ def changes(master: dict, before_master: dict, tensors: list, before: list, flag
     values and their requires_grad."""
     found = [f"master[{k!r}] (removed from the dict)" for k in before_master if k not in master]
     found += [f"master[{k!r}] (added to the dict)" for k in master if k not in before_master]
+    # exact: the caller's tensors against their own copies taken before the call; the same backward run twice on the same graph
     found += [f"master[{k!r}]" for k, v in before_master.items() if k in master and not torch.equal(master[k], v)]
+    # exact: the caller's tensors against their own copies taken before the call; the same backward run twice on the same graph
     found += [f"argument {i}" for i, (t, b) in enumerate(zip(tensors, before)) if not torch.equal(t.detach(), b)]
     return found + [f"argument {i}'s requires_grad" for i, (t, flag) in enumerate(zip(tensors, flags))
                     if t.requires_grad != flag]
@@ -40,6 +42,7 @@ def twice(output: torch.Tensor, grad, leaves: list[torch.Tensor]) -> str:
         second = torch.autograd.grad((output * grad).sum(), leaves, retain_graph=True, allow_unused=True)
     except Exception as error:  # noqa: BLE001 - what the second backward raised is the finding
         return f"raised {type(error).__name__}: {str(error)[:200]}"
+    # exact: the caller's tensors against their own copies taken before the call; the same backward run twice on the same graph
     same = all((a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
                for a, b in zip(first, second))
     return "" if same else "gave another gradient than the first"

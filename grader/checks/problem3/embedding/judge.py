@@ -15,13 +15,13 @@ from grader.checks.problem3.judge_tools import (
     expect_collectives,
     expect_kind,
     expect_outcome,
-    one_thread,
     world_sizes,
 )
 from grader.checks.problem3.judge_vocab import expect_per_token
+from grader.checks.threads import single_threaded
 
 
-@one_thread
+@single_threaded
 def judge_embedding(seed: int, params: dict, observation) -> None:
     d = cases.vocab_data(seed)
     table = d["table"].clone().requires_grad_()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from grader.checks.judging import Fail, expect_cases
 from grader.checks.problem3 import cases
 from grader.checks.problem3.errors.observe import calls
-from grader.checks.problem3.judge_tools import describe, one_thread, phase_log, world_sizes
+from grader.checks.problem3.judge_tools import describe, phase_log, world_sizes
+from grader.checks.threads import single_threaded
 
 
 class _Names:
@@ -15,7 +16,7 @@ class _Names:
         return None
 
 
-@one_thread
+@single_threaded
 def judge_errors(seed: int, params: dict, observation) -> None:
     for t, values in world_sizes(observation, params, "ValueError", cases.CONVENTION_SIZES).items():
         asked = list(calls(_Names(), t))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from grader.checks.judging import Fail
 from grader.checks.problem3 import cases
-from grader.checks.problem3.judge_tools import close, describe, expect, expect_kind, moved, one_thread, phase_log, world_sizes
+from grader.checks.problem3.judge_tools import close, describe, expect, expect_kind, moved, phase_log, world_sizes
+from grader.checks.threads import single_threaded
 
 NAMES = {"f": "copy_to_tensor_model_parallel_region", "g": "reduce_from_tensor_model_parallel_region"}
 # Per op and direction: (how many all-reduces of x the contract allows, why).
@@ -13,7 +14,7 @@ BUDGETS = {("f", "forward"): (0, "f's forward is the identity"), ("f", "backward
            ("g", "forward"): (1, "g's forward sums the inputs"), ("g", "backward"): (0, "g's backward is the identity")}
 
 
-@one_thread
+@single_threaded
 def judge_fg(seed: int, params: dict, observation) -> None:
     for t, values in world_sizes(observation, params, "f and g", cases.WORLD_SIZES).items():
         for r, o in enumerate(values):

@@ -15,17 +15,17 @@ from grader.checks.problem3.judge_tools import (
     expect_collectives,
     expect_kind,
     expect_outcome,
-    one_thread,
     phase_log,
     world_sizes,
 )
 from grader.checks.problem3.judge_vocab import expect_per_token
+from grader.checks.threads import single_threaded
 
 FEW_SCALARS = 4  # per token and collective: "a few scalars per token"; VOCAB / t is 12 or more
 MAX_COLLECTIVES = 4
 
 
-@one_thread
+@single_threaded
 def judge_fused_loss(seed: int, params: dict, observation) -> None:
     d = cases.vocab_data(seed)
     logits = d["logits"].clone().requires_grad_()

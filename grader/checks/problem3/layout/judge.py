@@ -9,10 +9,11 @@ import torch
 
 from grader.checks.judging import Fail
 from grader.checks.problem3 import cases
-from grader.checks.problem3.judge_tools import close, one_thread, world_sizes
+from grader.checks.problem3.judge_tools import close, world_sizes
+from grader.checks.threads import single_threaded
 
 
-@one_thread
+@single_threaded
 def judge_layout(seed: int, params: dict, observation) -> None:
     ran, stubs = 0, []
     for t, values in world_sizes(observation, params, "the layout convention", cases.CONVENTION_SIZES).items():

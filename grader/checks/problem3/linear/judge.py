@@ -18,10 +18,10 @@ from grader.checks.problem3.judge_tools import (
     expect_budget,
     expect_kind,
     expect_refused,
-    one_thread,
     world_sizes,
 )
 from grader.checks.problem3.linear.observe import VARIANTS
+from grader.checks.threads import single_threaded
 
 OPTIONS = {"column": "gather_output=False", "column_gather": "gather_output=True", "column_no_bias": "bias=False",
            "row": "input_is_parallel=True", "row_scatter": "input_is_parallel=False", "row_no_bias": "bias=False"}
@@ -36,7 +36,7 @@ def dense_linear(weight, bias, x, grad):
     return y.detach(), x.grad, weight.grad, None if bias is None else bias.grad
 
 
-@one_thread
+@single_threaded
 def judge_column_row(seed: int, params: dict, observation) -> None:
     m = cases.linear_master(seed)
     dense = {"column": (m["weight"], m["bias"]), "row": (m["row.weight"], m["row.bias"]),

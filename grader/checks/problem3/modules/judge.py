@@ -11,13 +11,14 @@ from grader.checks.judging import Fail
 from grader.checks.problem3 import blocks, cases, expected_dense
 from grader.checks.problem3.cases import B2, LR, S2, B, H, N, S
 from grader.checks.problem3.judge_blocks import judge_matrices, judge_run
-from grader.checks.problem3.judge_tools import VOLUME, close, expect, expect_budget, expect_outcome, expect_refused, one_thread, world_sizes
+from grader.checks.problem3.judge_tools import VOLUME, close, expect, expect_budget, expect_outcome, expect_refused, world_sizes
+from grader.checks.threads import single_threaded
 
 WHAT = {"mlp": "ParallelMLP", "attention": "ParallelSelfAttention (causal)", "layer": "ParallelTransformerLayer"}
 ALL_REDUCES = {"mlp": 1, "attention": 1, "layer": 2}  # the forward's budget, in all-reduces of one activation
 
 
-@one_thread
+@single_threaded
 def judge_module(seed: int, params: dict, observation, part: str) -> None:
     y, dx, _, y2 = expected_dense.dense_run(seed, part)
     x = cases.activations(seed, 1)["x"]
@@ -74,12 +75,12 @@ def judge_gelu_place(where: str, o, seed: int) -> None:
                    "applies GeLU between the two layers")
 
 
-@one_thread
+@single_threaded
 def judge_mlp(seed: int, params: dict, observation) -> None:
     judge_module(seed, params, observation, "mlp")
 
 
-@one_thread
+@single_threaded
 def judge_attention(seed: int, params: dict, observation) -> None:
     judge_module(seed, params, observation, "attention")
     y, dx, _, _ = expected_dense.dense_run(seed, "attention", causal=False)
@@ -96,7 +97,7 @@ def judge_attention(seed: int, params: dict, observation) -> None:
                                f"(heads not divisible by {t})", o["heads_error"])
 
 
-@one_thread
+@single_threaded
 def judge_layer(seed: int, params: dict, observation) -> None:
     judge_module(seed, params, observation, "layer")
     x = cases.activations(seed, 1)["x"]

@@ -7,8 +7,9 @@ import torch
 
 from grader.checks.judging import Fail
 from grader.checks.problem3 import cases
-from grader.checks.problem3.judge_tools import describe, expect, expect_kind, expect_refused, moved, one_thread, phase_log, world_sizes
+from grader.checks.problem3.judge_tools import describe, expect, expect_kind, expect_refused, moved, phase_log, world_sizes
 from grader.checks.problem3.scatter_gather.observe import GATHER, INDIVISIBLE, OPS, SCATTER, SEQUENCE_GATHER, SEQUENCE_SCATTER
+from grader.checks.threads import single_threaded
 
 
 def expected(name: str, data: dict, rank: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,7 +37,7 @@ def budgets(name: str, x_numel: int, out_numel: int, t: int) -> dict[str, tuple[
     return {"forward": (1, 2 * (t - 1) / t * x_numel, "at most what one all-reduce of x moves")}
 
 
-@one_thread
+@single_threaded
 def judge_scatter_gather(seed: int, params: dict, observation) -> None:
     for t, values in world_sizes(observation, params, "the scatter/gather ops", cases.WORLD_SIZES).items():
         for r, o in enumerate(values):

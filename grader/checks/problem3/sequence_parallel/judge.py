@@ -21,11 +21,11 @@ from grader.checks.problem3.judge_tools import (
     expect_budget,
     expect_kind,
     expect_outcome,
-    one_thread,
     phase_log,
     world_sizes,
 )
 from grader.checks.problem3.linear.judge import dense_linear
+from grader.checks.threads import single_threaded
 
 WHAT = ("a transformer layer with sequence_parallel=True ({}; the grader's modules over your ColumnParallelLinear, "
         "RowParallelLinear and ReplicatedLayerNorm are tried when your own layer does not pass)")
@@ -38,7 +38,7 @@ PART_NAMES = {"column": "ColumnParallelLinear(sequence_parallel=True)",
 LAYOUT = {"column": ("features", "sequence"), "row": ("sequence", "features"), "norm": ("sequence", "sequence")}
 
 
-@one_thread
+@single_threaded
 def judge_sequence_parallel(seed: int, params: dict, observation) -> None:
     y, dx, dense, y2 = expected_dense.dense_run(seed, "layer")
     graders = pieces.uses_grader_pieces(params)

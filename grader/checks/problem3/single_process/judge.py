@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from grader.checks.judging import Fail
 from grader.checks.problem3.fg.judge import judge_fg
-from grader.checks.problem3.judge_tools import one_thread
 from grader.checks.problem3.scatter_gather.judge import judge_scatter_gather
+from grader.checks.threads import single_threaded
 
 PARTS = (("fg", "f and g", judge_fg), ("scatter_gather", "the scatter/gather ops", judge_scatter_gather))
 
 
-@one_thread
+@single_threaded
 def judge_single_process(seed: int, params: dict, observation) -> None:
     for name, what, judge in PARTS:
         try:

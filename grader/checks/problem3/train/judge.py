@@ -10,8 +10,9 @@ from grader.checks.judging import Fail
 from grader.checks.problem3 import cases, expected_dense
 from grader.checks.problem3.cases import CALLS, LAYERS, MODEL_LR, STEP_SHAPES, VOCAB, H
 from grader.checks.problem3.judge_blocks import MATRICES
-from grader.checks.problem3.judge_tools import TOL, describe, expect, expect_kind, expect_outcome, one_thread, phase_log, world_sizes
+from grader.checks.problem3.judge_tools import TOL, describe, expect, expect_kind, expect_outcome, phase_log, world_sizes
 from grader.checks.problem3.train.observe import DRAWN_SEED, MODEL_EPS, TINY, sequence_parallel_cases
+from grader.checks.threads import single_threaded
 
 
 def dense_training(seed: int) -> tuple[list[float], torch.Tensor]:
@@ -29,7 +30,7 @@ def dense_training(seed: int) -> tuple[list[float], torch.Tensor]:
         return losses, model(*batches[-1])
 
 
-@one_thread
+@single_threaded
 def judge_train(seed: int, params: dict, observation) -> None:
     losses, held_out = dense_training(seed)
     drawn = dense_drawn_loss(seed)
