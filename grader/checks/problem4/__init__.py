@@ -20,7 +20,7 @@ criterion                  check (rubric)                         folder
 4.4-train-step             problem4.train_step:step               train_step/
 =========================  =====================================  =========================
 
-Shared by both sides: ``one_thread.py``, each concept's case tables (``cases.py``,
+Shared by both sides: each concept's case tables (``cases.py``,
 ``recompute/layers.py``, ``recompute/runs.py``, ``train_step/stages.py``); child side only:
 ``reading.py`` (a schedule and a call as facts), ``recompute/measure.py`` (the parent measures
 plain runs with it too), the fallback's pieces (``pieces.py``: the grader's 1F1B builder;

@@ -9,11 +9,11 @@ import torch
 
 from grader.checks.compare import difference
 from grader.checks.judging import Fail, expect_cases
-from grader.checks.problem4.one_thread import single_threaded
 from grader.checks.problem4.recompute import cases as table
 from grader.checks.problem4.recompute.layers import build_case, optimizer_step, plain_forward
 from grader.checks.problem4.recompute.measure import measure
 from grader.checks.problem4.recompute.runs import plain_run
+from grader.checks.threads import single_threaded
 
 WRONG = {  # what is wrong with each bad call of table.BAD
     "([], x)": "no layers", "([tanh], x, segments=0)": "segments = 0",
@@ -38,6 +38,7 @@ def _bits(mine, plain: torch.Tensor) -> str:
         return difference(mine, plain)
     if mine.dtype != plain.dtype:
         return f"has dtype {mine.dtype}, expected {plain.dtype} (the plain run's)"
+    # exact: 4.3's promise is bit-identity with the plain run made in the same child (same kernels, same shapes); RNG states are integers
     if mine.shape != plain.shape or not torch.equal(mine, plain):
         return difference(mine, plain)
     return ""
@@ -50,6 +51,7 @@ def _labels(count: int) -> list[str]:
 def _reference_agrees(ours: dict, theirs: dict, what: str) -> None:
     """The child's plain run (the bit-level reference: same process, same kernels) agrees
     with the grader's own, or the child's process was tampered with."""
+    # exact: 4.3's promise is bit-identity with the plain run made in the same child (same kernels, same shapes); RNG states are integers
     same = [torch.equal(theirs[name], ours[name]) for name in ("rng_after_forward", "rng_after_backward")]
     pairs = [(theirs["output"], ours["output"])] + list(zip(theirs["grads"], ours["grads"]))
     for a, b in pairs:
@@ -74,6 +76,7 @@ def _compare(plain: dict, mine: dict, what: str, dropout: float) -> None:
     if mine["requires_grad"] is not (plain["requires_grad"] or switched):
         raise Fail(f"{what}: the output has requires_grad={mine['requires_grad']}; the plain run's has "
                    f"{plain['requires_grad']} (it requires grad exactly when x or a parameter does)")
+    # exact: 4.3's promise is bit-identity with the plain run made in the same child (same kernels, same shapes); RNG states are integers
     if not torch.equal(mine["rng_after_forward"], plain["rng_after_forward"]):
         raise Fail(f"{what}: the RNG state after forward is not the plain run's")
     labels = _labels(len(plain["grads"]))
@@ -91,6 +94,7 @@ def _compare(plain: dict, mine: dict, what: str, dropout: float) -> None:
             state = "has a .grad" if has else "has no .grad"
             raise Fail(f"{what}: afterwards the {label[8:]} {state}; after the plain run it "
                        f"{'has one' if had else 'has none'} (gradients go where autograd puts them, nowhere else)")
+    # exact: 4.3's promise is bit-identity with the plain run made in the same child (same kernels, same shapes); RNG states are integers
     if not torch.equal(mine["rng_after_backward"], plain["rng_after_backward"]):
         raise Fail(f"{what}: the RNG state after backward is not the plain run's")
 

@@ -10,7 +10,6 @@ import torch.utils.checkpoint as torch_checkpoint
 from torch import nn
 
 from grader.checks.problem4 import reading
-from grader.checks.problem4.one_thread import single_threaded
 from grader.checks.problem4.recompute import cases as table
 from grader.checks.problem4.recompute.layers import (
     WIDTH,
@@ -25,6 +24,7 @@ from grader.checks.problem4.recompute.layers import (
 from grader.checks.problem4.recompute.measure import measure
 from grader.checks.problem4.recompute.runs import clone, finish, plain_run
 from grader.checks.recording import student_tensor
+from grader.checks.threads import single_threaded
 
 # The first backward of a process imports torch's symbolic-shape machinery (sympy: 1-3 s); the
 # harness preloads it in the forkserver, so every child that runs a backward has it already.

@@ -12,8 +12,8 @@ from grader.checks.compare import close, difference
 from grader.checks.judging import Fail, expect_cases
 from grader.checks.problem4 import judge_schedules as judging
 from grader.checks.problem4.expected_orders import reference_interleaved
-from grader.checks.problem4.one_thread import single_threaded
 from grader.checks.problem4.train_step import stages as table
+from grader.checks.threads import single_threaded
 
 PROBLEM_OF = {"one_f_one_b": "4.1", "interleaved_one_f_one_b": "4.2"}
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from torch import nn
 
 from grader.checks.problem4 import reading
-from grader.checks.problem4.one_thread import single_threaded
 from grader.checks.problem4.pieces import grader_builders, grader_one_f_one_b
 from grader.checks.problem4.train_step import stages as table
 from grader.checks.problem4.train_step.interleaved_piece import grader_interleaved
 from grader.checks.recording import provided, trusted
+from grader.checks.threads import single_threaded
 
 FORKSERVER_PRELOAD = ("torch.fx.experimental.symbolic_shapes",)
 CONTAINERS = {"list": list, "tuple": tuple, "ModuleList": nn.ModuleList}
