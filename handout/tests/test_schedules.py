@@ -304,6 +304,7 @@ def assert_bit_identical(plain, mine, case):
         assert got.dtype == expected.dtype and got.shape == expected.shape, (
             f"{case}: {name} has dtype {got.dtype} and shape {list(got.shape)}; the plain run's has {expected.dtype} "
             f"and {list(expected.shape)}")
+        # exact: checkpoint_sequential promises the plain run's bits (the same layers on the same shapes, in the same process); the caller's x against its copy; the same backward twice
         assert torch.equal(expected, got), (
             f"{case}: {name} is not bit-identical to the plain run (differs by up to "
             f"{(expected - got).abs().max().item():.3g}); checkpoint_sequential promises the same bits")
@@ -400,6 +401,7 @@ def test_rng_state_as_after_plain_run():
     run_and_backward(layers, x, run_layers)
     after_plain = torch.get_rng_state()
     run_and_backward(layers, x, lambda ls, h: checkpoint_sequential(ls, h, 2))
+    # exact: checkpoint_sequential promises the plain run's bits (the same layers on the same shapes, in the same process); the caller's x against its copy; the same backward twice
     assert torch.equal(torch.get_rng_state(), after_plain), (
         "6 layers with dropout, segments=2: after forward and backward the global random state differs from the "
         "plain run's; code that draws after the backward must draw the same numbers")
@@ -448,6 +450,7 @@ def test_gradients_accumulate_onto_those_already_there():
 
     plain, mine = run(run_layers), run(lambda ls, h: checkpoint_sequential(ls, h, 2))
     for index, (expected, got) in enumerate(zip(plain, mine)):
+        # exact: checkpoint_sequential promises the plain run's bits (the same layers on the same shapes, in the same process); the caller's x against its copy; the same backward twice
         assert torch.equal(expected, got), (
             f"4 layers, segments=2, gradients already there before the backward: parameter {index}'s .grad differs from "
             f"the plain run's by up to {(expected - got).abs().max().item():.3g}; backward adds to the .grad already there")
@@ -469,6 +472,7 @@ def test_autograd_grad_changes_no_grad_and_returns_the_gradients():
         f"{case}: afterwards parameters {touched} (and x: {x.grad is not None}) have a .grad; torch.autograd.grad "
         "changes no .grad")
     for name, expected, got in zip(["x"] + [f"parameter {i}" for i in range(len(parameters))], plain, mine):
+        # exact: checkpoint_sequential promises the plain run's bits (the same layers on the same shapes, in the same process); the caller's x against its copy; the same backward twice
         assert got is not None and torch.equal(expected, got), (
             f"{case}: the gradient returned for {name} is {'none' if got is None else 'not bit-identical'}; expected "
             "the plain run's")
@@ -620,6 +624,7 @@ def test_callers_tensors_unchanged_and_a_second_backward_gives_the_same_gradient
     case = f"4 layers, segments=2, an input with requires_grad={input_grad}" + (", layer 0 frozen" if frozen else "")
     assert x.requires_grad is input_grad, f"{case}: afterwards x.requires_grad is {x.requires_grad}; keep the caller's"
     assert input_grad or x.grad is None, f"{case}: afterwards x has a .grad although it does not require grad"
+    # exact: checkpoint_sequential promises the plain run's bits (the same layers on the same shapes, in the same process); the caller's x against its copy; the same backward twice
     assert torch.equal(x.detach(), before), f"{case}: the caller's x changed"
     switched = [i for i, p in enumerate(layers[0].parameters()) if frozen and (p.requires_grad or p.grad is not None)]
     assert not switched, f"{case}: afterwards the frozen layer's parameters {switched} require grad or have a .grad"
@@ -632,6 +637,7 @@ def test_callers_tensors_unchanged_and_a_second_backward_gives_the_same_gradient
     except RuntimeError as error:
         pytest.fail(f"{case}: a second backward (retain_graph=True the first time) failed: {error}")
     for index, (p, once) in enumerate(zip(wanted, first)):
+        # exact: checkpoint_sequential promises the plain run's bits (the same layers on the same shapes, in the same process); the caller's x against its copy; the same backward twice
         assert torch.equal(p.grad, once), (
             f"{case}: the second backward gives parameter {index} another gradient than the first (differs by up to "
             f"{(p.grad - once).abs().max().item():.3g})")
