@@ -147,7 +147,11 @@ def _without_main_module(get_preparation_data):
     return prepared
 
 def forkserver_context(check_modules: list[str]):
-    """multiprocessing's forkserver context with torch and the check modules preloaded.
+    """multiprocessing's forkserver context with torch, the child's code and what the check
+    modules ask for (their ``FORKSERVER_PRELOAD``) preloaded, never the check modules
+    themselves: each child imports its own criterion's child side (milliseconds), so a child
+    never holds another criterion's cases or the grader's pieces another criterion needs
+    (the grader's ``one_f_one_b`` is 4.1's answer; it is loaded only where 4.2 and 4.4 need it).
 
     The server starts on first use and is shared by every grading run in this process.
     """
@@ -159,7 +163,7 @@ def forkserver_context(check_modules: list[str]):
     # A check module's FORKSERVER_PRELOAD: what its children would each import on first use,
     # paid once in the server instead (and never in this process unless a judge needs it).
     extra = [name for module in check_modules for name in getattr(sys.modules.get(module), "FORKSERVER_PRELOAD", ())]
-    context.set_forkserver_preload(["torch", "grader.child", *check_modules, *extra])
+    context.set_forkserver_preload(["torch", "grader.child", *dict.fromkeys(extra)])
     return context
 
 

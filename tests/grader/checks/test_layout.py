@@ -25,15 +25,43 @@ def is_parent_side(module: str) -> bool:
     return module == "grader.checks.judging" or last.startswith(("judge", "expected"))
 
 
-def preloaded_modules() -> list[str]:
-    """The grader modules a child holds: those loaded by importing, in a fresh interpreter,
-    what the harness preloads in its forkserver (grader.child and every split check's child side)."""
-    preload = ["grader.child", *sorted({c.observe_module for c in SPLIT})]
+def preloaded_modules(preload: list[str] | None = None) -> list[str]:
+    """The grader modules loaded by importing ``preload`` in a fresh interpreter (by default
+    grader.child and every split check's child side together: more than any one child holds)."""
+    preload = preload or ["grader.child", *sorted({c.observe_module for c in SPLIT})]
     script = (f"import importlib, json, sys\nfor name in {preload!r}: importlib.import_module(name)\n"
               "print(json.dumps(sorted(m for m in sys.modules if m == 'grader' or m.startswith('grader.'))))")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPOSITORY, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def test_a_childs_forkserver_preloads_no_check_module():
+    """Each child imports its own criterion's child side: the forkserver holds torch and the
+    child's code only, so no child inherits another criterion's cases or pieces."""
+    from multiprocessing import forkserver
+
+    from grader.harness import forkserver_context
+
+    for module in {c.observe_module for c in SPLIT}:
+        importlib.import_module(module)  # forkserver_context reads what the imported modules ask for
+    try:
+        forkserver_context(sorted({c.observe_module for c in SPLIT}))
+        preloaded = forkserver._forkserver._preload_modules
+        assert not [name for name in preloaded if name.startswith("grader.checks")], preloaded
+    finally:
+        forkserver_context([])
+
+
+FOUR_ONE = [c for c in CRITERIA if c.problem == "4.1"]
+
+
+@pytest.mark.parametrize("criterion", FOUR_ONE, ids=[c.id for c in FOUR_ONE])
+def test_a_4_1_child_holds_not_the_graders_one_f_one_b(criterion):
+    """The grader's own 1F1B builder is 4.1's answer: only the children of 4.2 and 4.4 (whose
+    fallback needs it) load it, never a 4.1 child (the red-team round stole it from there)."""
+    held = preloaded_modules(["grader.child", criterion.observe_module])
+    assert "grader.checks.problem4.pieces" not in held, held
 
 
 def test_a_child_holds_no_parent_side_module():
