@@ -80,7 +80,7 @@ RUN_TOKEN = "@RUN_TOKEN@"
 # Grading fewer criteria keeps the catalogue fast.
 DEFAULT_ONLY = ["2.2"]
 # Problem 3's criteria run the grader's own pieces in place of the other sub-problems' where the
-# student's own fail (the fallback; grader/checks/problem3/pieces.py). For each sub-problem, at least one entry with a mistake in it grades
+# student's own fail (the fallback; grader/checks/problem3/pieces*.py). For each sub-problem, at least one entry with a mistake in it grades
 # all of Problem 3: the proof that its mistake costs no other sub-problem's criteria. The other
 # entries of that sub-problem may grade less (test_each_tensor_parallel_piece_is_graded_against_all_of_problem_3).
 TP_PIECES = ("3.1", "3.2", "3.3", "3.4", "3.5")

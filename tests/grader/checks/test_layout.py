@@ -99,3 +99,40 @@ def test_the_child_side_neither_judges_nor_words_a_failure(criterion):
 def test_every_check_is_split_at_the_trust_boundary(criterion):
     package = criterion.check.split(":")[0]
     assert "." in package, f"{criterion.id}: {criterion.check} is a one-module check (child and parent in one file)"
+
+
+THREE = [c for c in CRITERIA if c.problem.startswith("3.") and c.problem != "3.3"]
+# The grader's pieces that are a sub-problem's own answer (3.5's: the sequence-parallel paths of
+# the linear layers and the LayerNorm). 3.3's children hold the grader's MLP and attention, which
+# 3.3-layer's fallback binds (docs/security.md, known gaps).
+OWN_ANSWERS = {"3.2": ("ColumnParallelLinear", "RowParallelLinear"), "3.4": ("VocabParallelEmbedding", "_CrossEntropy"),
+               "3.5": ("ColumnParallelLinear", "RowParallelLinear", "ReplicatedLayerNorm")}
+ANSWERS = ("ColumnParallelLinear", "RowParallelLinear", "ReplicatedLayerNorm", "layer_classes", "VocabParallelEmbedding",
+           "_CrossEntropy")
+
+
+@pytest.mark.parametrize("criterion", THREE, ids=[c.id for c in THREE])
+def test_a_problem_3_child_holds_no_graders_piece_of_its_own_sub_problem(criterion):
+    """The grader's Problem 3 pieces are the sub-problems' answers: a child loads only the
+    pieces its fallback binds, so 3.2's child never holds the grader's linear layers, 3.4's no
+    embedding or loss, 3.5's no sequence-parallel linear layer or LayerNorm."""
+    script = (f"import importlib, sys\nimportlib.import_module('grader.child')\n"
+              f"importlib.import_module({criterion.observe_module!r})\n"
+              f"print(sorted({{answer for name, module in list(sys.modules.items())\n"
+              f"             if name.startswith('grader.checks') for answer in {ANSWERS!r} if hasattr(module, answer)}}))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPOSITORY, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    held = set(ast.literal_eval(done.stdout.strip()))
+    assert not held & set(OWN_ANSWERS.get(criterion.problem, ())), held
+
+
+def test_binding_the_graders_3_1_ops_loads_no_other_piece():
+    """What a check binds comes from the piece modules its child side imported, nothing more."""
+    script = ("import sys, types\nfrom grader.checks.problem3 import pieces, pieces_ops\n"
+              "student = types.ModuleType('tensor_parallel')\n"
+              "with pieces.bound(student, {'pieces': 'grader'}, ops=True):\n"
+              "    bound = 'copy_to_tensor_model_parallel_region' in vars(student)\n"
+              "print(bound, sorted(m.rsplit('.', 1)[-1] for m in sys.modules if m.startswith('grader.checks.problem3.pieces')))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPOSITORY, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "['pieces',", "'pieces_ops']"]

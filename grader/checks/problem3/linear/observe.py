@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import torch
 
-from grader.checks.problem3 import cases, pieces, ranks, recorder
+# pieces_*: the grader's pieces this check's fallback binds, and only those, loaded before the
+# student's code runs (a child cannot import grader modules after that).
+from grader.checks.problem3 import (
+    cases,
+    pieces,
+    pieces_ops,  # noqa: F401
+    ranks,
+    recorder,
+)
 from grader.checks.problem3.cases import IN, OUT
 
 VARIANTS = ("column", "column_gather", "column_no_bias", "row", "row_scatter", "row_no_bias")

@@ -4,7 +4,9 @@ master tensors and inputs, with the student's own 3.1 ops and 3.2 linear layers 
 layer, MLP and attention) first, the grader's in the fallback's second run."""
 from __future__ import annotations
 
-from grader.checks.problem3 import blocks, cases, pieces, ranks, recorder
+# pieces_*: the grader's pieces this check's fallback binds, and only those, loaded before the
+# student's code runs (a child cannot import grader modules after that).
+from grader.checks.problem3 import blocks, cases, pieces, pieces_blocks, pieces_linear, pieces_norm, pieces_ops, ranks, recorder  # noqa: F401
 
 
 def rank_module(rank: int, t: int, seed: int, params: dict) -> dict:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from grader.checks.problem3 import cases, pieces, ranks, recorder
+# pieces_*: the grader's pieces this check's fallback binds, and only those, loaded before the
+# student's code runs (a child cannot import grader modules after that).
+from grader.checks.problem3 import cases, pieces, pieces_blocks, pieces_linear, pieces_norm, pieces_ops, pieces_vocab, ranks, recorder  # noqa: F401
 from grader.checks.problem3.cases import FFN, HEADS, LAYERS, MODEL_LR, VOCAB, H
 
 MODEL_EPS = 1e-3  # not the default: a layer that ignores eps shows
