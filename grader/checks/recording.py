@@ -7,6 +7,7 @@ parent words the failure.
 """
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import threading
@@ -40,6 +41,17 @@ def describe(value) -> str:
     text, kind = repr(value), type(value).__name__
     article = "an" if kind[:1].lower() in "aeiou" else "a"
     return f"{article} {kind} ({text[:60] + '...' if len(text) > 60 else text})"
+
+
+def integer_value(value) -> int | None:
+    """``value`` as an int when it is an integer of any type (3, 3.0, NumPy's 3, a 0-d torch integer), else None: the
+    value is judged by one criterion, the type (recorded apart) by another."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def student_tensor(value, what: str):

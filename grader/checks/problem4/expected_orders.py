@@ -4,18 +4,11 @@ fallback run binds in the student's module are the child side's (``pieces.py``,
 ``train_step/interleaved_piece.py``)."""
 from __future__ import annotations
 
+from grader.checks.problem4.pieces import one_f_one_b_rows
 
-def reference_one_f_one_b(num_stages: int, num_microbatches: int) -> list:
-    """The lecture's 1F1B order as ``(stage, kind, microbatch)`` rows: K - d - 1 warm-up
-    forwards, then one forward one backward, then the backwards left."""
-    rows = []
-    for device in range(num_stages):
-        warmup = min(num_stages - device - 1, num_microbatches)
-        row = [(device, "F", m) for m in range(warmup)]
-        for m in range(num_microbatches - warmup):
-            row += [(device, "F", warmup + m), (device, "B", m)]
-        rows.append(row + [(device, "B", m) for m in range(num_microbatches - warmup, num_microbatches)])
-    return rows
+# The lecture's 1F1B order is the grader's own 1F1B piece's (a child-side module holding no
+# hidden material: the parent may read it, never the other way round).
+reference_one_f_one_b = one_f_one_b_rows
 
 
 def reference_interleaved(num_stages: int, num_microbatches: int, num_chunks: int, all_forwards_first: bool = False) -> list:

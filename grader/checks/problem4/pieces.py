@@ -28,10 +28,9 @@ def as_actions(rows) -> list:
     return [[action(*entry) for entry in row] for row in rows]
 
 
-def grader_one_f_one_b(num_stages: int, num_microbatches: int) -> list:
-    """The grader's 1F1B builder, with its contract's ValueError: K - d - 1 warm-up forwards,
-    then one forward one backward, then the backwards left."""
-    check_sizes(num_stages=num_stages, num_microbatches=num_microbatches)
+def one_f_one_b_rows(num_stages: int, num_microbatches: int) -> list:
+    """The lecture's 1F1B order as ``(stage, kind, microbatch)`` rows: K - d - 1 warm-up
+    forwards, then one forward one backward, then the backwards left."""
     rows = []
     for device in range(num_stages):
         warmup = min(num_stages - device - 1, num_microbatches)
@@ -39,7 +38,13 @@ def grader_one_f_one_b(num_stages: int, num_microbatches: int) -> list:
         for m in range(num_microbatches - warmup):
             row += [(device, "F", warmup + m), (device, "B", m)]
         rows.append(row + [(device, "B", m) for m in range(num_microbatches - warmup, num_microbatches)])
-    return as_actions(rows)
+    return rows
+
+
+def grader_one_f_one_b(num_stages: int, num_microbatches: int) -> list:
+    """The grader's 1F1B builder: :func:`one_f_one_b_rows` as actions, with its contract's ValueError."""
+    check_sizes(num_stages=num_stages, num_microbatches=num_microbatches)
+    return as_actions(one_f_one_b_rows(num_stages, num_microbatches))
 
 
 @contextlib.contextmanager

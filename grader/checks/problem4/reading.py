@@ -6,10 +6,9 @@ contract admits.
 """
 from __future__ import annotations
 
-import operator
 from typing import Any
 
-from grader.checks.recording import provided
+from grader.checks.recording import integer_value, provided
 
 MAX_ACTIONS = 100_000  # a schedule longer than this is not read further (every case has far fewer)
 
@@ -22,15 +21,6 @@ def type_name(value) -> str:
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _number(value):
-    """An integral number (an int, a numpy or 0-d torch integer, an integral float) as an
-    int, the type being recorded apart; None for anything else."""
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
 
 
 def read_schedule(schedule) -> dict:
@@ -58,7 +48,7 @@ def read_schedule(schedule) -> dict:
                 return _plain(facts)
             types["numbers"].update((type_name(stage), type_name(microbatch)))
             types["kinds"].add(type_name(kind))
-            stage, microbatch = _number(stage), _number(microbatch)
+            stage, microbatch = integer_value(stage), integer_value(microbatch)
             if stage is None or microbatch is None or type(kind) is not str:
                 facts["unreadable"] = f"[{device}][{step}] is {_short(action)}"
                 return _plain(facts)

@@ -19,7 +19,8 @@ from grader.checks.problem2.balance.cases import (
     case_key,
 )
 from grader.checks.problem2.cpu_cut import call_with_cut
-from grader.checks.problem2.recorded import error_message, error_text, integer_value
+from grader.checks.problem2.recorded import error_message, error_text
+from grader.checks.recording import integer_value
 
 
 def _call(balance_stages, costs, num_stages, limit: int) -> tuple[dict, object]:

@@ -18,7 +18,8 @@ from grader.checks.problem2.clock_cycles.cases import (
     case_key,
 )
 from grader.checks.problem2.clock_cycles.work import work_before_first_wave
-from grader.checks.problem2.recorded import error_message, error_text, integer_value
+from grader.checks.problem2.recorded import error_message, error_text
+from grader.checks.recording import integer_value
 
 EXTRA_WAVES = 8  # waves taken past M + K - 1 before an endless schedule is cut off
 
